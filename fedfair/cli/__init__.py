@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pki": ("fedfair.cli.pki", "certificates: a CA per federation, one certificate per participant"),
     "aggregator": ("fedfair.cli.aggregator", "run the federation's aggregator"),
     "collaborator": ("fedfair.cli.collaborator", "take part in a federation as one institution"),
+    "auditor": ("fedfair.cli.auditor", "verify every site's input bound as the plan's auditor institution"),
     "plan": ("fedfair.cli.plan", "pin the agreed plan in the manifest; compare two plans"),
     "launch": (
         "fedfair.cli.launch",

@@ -126,6 +126,11 @@ class Board:
         with self._changed:
             return frozenset(self._streams) - self.verifiers
 
+    def following(self) -> frozenset[str]:
+        """Every peer with a live task stream, :attr:`verifiers` included."""
+        with self._changed:
+            return frozenset(self._streams)
+
     def wait_for_connected(self, count: int, timeout: float, among: Iterable[str] | None = None) -> frozenset[str]:
         """Wait until at least `count` peers (of `among`, if given) are connected or `timeout` passes.
 

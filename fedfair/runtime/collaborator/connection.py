@@ -1,7 +1,8 @@
 """The connection to the aggregator: dial, back off after an outage, watch for silence, follow the task stream.
 
 A :class:`Connection` is composed with a :class:`Follower`, the participant it follows the task stream for
-(:class:`~fedfair.runtime.collaborator.client.Collaborator`): it dials a new mutual-TLS channel per connection,
+(:class:`~fedfair.runtime.collaborator.client.Collaborator`, or the auditor's
+:class:`~fedfair.runtime.auditor.process.AuditorProcess`): it dials a new mutual-TLS channel per connection,
 waits the back-off of :mod:`fedfair.runtime.collaborator.retries` between connections, ends a connection the
 aggregator left silent (:mod:`fedfair.runtime.collaborator.watchdog`), and hands each task to the follower's
 :meth:`Follower.handle`. What a task computes is the follower's; the connection lends it, while a connection
@@ -14,12 +15,11 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
 
 from fedfair.core.errors import FailureError
-from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.retries import Backoff
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS, federation_stub
 from fedfair.runtime.collaborator.watchdog import Watchdog
@@ -27,7 +27,7 @@ from fedfair.runtime.contract import STREAM_ACCEPTED
 from fedfair.runtime.failures import CONNECTION_LOST
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.rate_limits import LineBudget, RateLimit
-from fedfair.runtime.transport import make_binding, pb, pb_grpc, secure_channel
+from fedfair.runtime.transport import TlsFiles, make_binding, pb, pb_grpc, secure_channel
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -37,6 +37,39 @@ LINE_BURST = 10
 LINE_SECONDS = 60.0
 """Then one line of that kind per this many seconds; the rest are counted on the next line, or on one line when
 the task stream ends: 20,000 tasks refused within a minute add 11 lines, not 20,000."""
+
+
+class Dialling(Protocol):
+    """What a :class:`Connection` dials with: its own name and files, the aggregator's address and name."""
+
+    @property
+    def name(self) -> str:
+        """This participant's name (its certificate's)."""
+        ...
+
+    @property
+    def aggregator(self) -> str:
+        """The aggregator's address (host:port)."""
+        ...
+
+    @property
+    def aggregator_name(self) -> str | None:
+        """The name the aggregator's certificate must carry (None: the address's host)."""
+        ...
+
+    @property
+    def certificates(self) -> TlsFiles:
+        """This participant's TLS files."""
+        ...
+
+    @property
+    def idle_timeout_seconds(self) -> float:
+        """How long the aggregator may stay silent before this participant gives up on it."""
+        ...
+
+
+Settings = TypeVar("Settings", bound=Dialling)
+"""A participant's own settings, which a connection dials with (a collaborator's or the auditor's config)."""
 
 
 class Follower(Protocol):
@@ -73,12 +106,24 @@ class Follower(Protocol):
         ...
 
 
-class Connection:
+class Connection(Generic[Settings]):
     """Follow the aggregator's task stream to FINISHED for `follower`, reconnecting after an outage."""
 
-    def __init__(self, config: CollaboratorConfig, backoff: Backoff, stop: threading.Event, follower: Follower) -> None:
-        """Nothing is dialled until :meth:`run`; `stop` is the event :meth:`stop` sets (the back-off waits on it)."""
+    def __init__(
+        self,
+        config: Settings,
+        backoff: Backoff,
+        stop: threading.Event,
+        follower: Follower,
+        *,
+        role: str = "collaborator",
+    ) -> None:
+        """Nothing is dialled until :meth:`run`; `stop` is the event :meth:`stop` sets (the back-off waits on it).
+
+        `role` is the one the certificate of `config` is issued for (a collaborator's, or "auditor").
+        """
         self.config = config
+        self.role = role
         self.backoff = backoff
         self.follower = follower
         self._stop = stop
@@ -142,7 +187,10 @@ class Connection:
     def _dial(self) -> grpc.Channel:
         """A new mutual-TLS channel to the aggregator."""
         return secure_channel(
-            self.config.aggregator, self.config.certificates, aggregator_name=self.config.aggregator_name
+            self.config.aggregator,
+            self.config.certificates,
+            aggregator_name=self.config.aggregator_name,
+            role=self.role,
         )
 
     def _silenced(self) -> None:

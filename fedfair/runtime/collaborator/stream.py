@@ -26,6 +26,7 @@ from fedfair.core.errors import (
     VerificationError,
     WireError,
 )
+from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.connection import Connection
 from fedfair.runtime.collaborator.retries import RETRYABLE
 from fedfair.runtime.collaborator.stage_steps import STEPS
@@ -42,7 +43,7 @@ logger = logging.getLogger("fedfair.collaborator")
 class TaskStream:
     """Carry out the tasks `connection` hands over; a subclass supplies what each task computes."""
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection[CollaboratorConfig]) -> None:
         """Take part through `connection`, whose follower this object is."""
         self.connection = connection
         self.config = connection.config

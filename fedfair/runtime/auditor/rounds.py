@@ -1,0 +1,128 @@
+"""What the auditor computes, round by round: its steps of the bounded sum, from the bytes each stage's input holds.
+
+No I/O here (:mod:`fedfair.runtime.auditor.process` moves the bytes). At AUDITOR_KEY the input is the round's public
+parameters as the aggregator states them (:class:`~fedfair.runtime.contract.RoundParameters`): the auditor checks
+that they describe a bounded training round of its own plan over the manifest's collaborators, checks every relayed
+certificate against the CA and the manifest's pins (:func:`~fedfair.runtime.contract.relayed_keys`), and derives the
+round's :class:`~fedfair.secagg.bounded.parameters.BoundedParameters` as every party does (the plan's bound and
+weights); its own key there must be its own. Then each later stage of :data:`BOUNDED_ROUND` that is the auditor's
+parses its input with the stage's ``received`` and makes the upload with its ``step``
+(:class:`~fedfair.secagg.bounded.peers.Auditor`). A round whose parameters or inputs do not hold up is left.
+
+Why: docs/security.md, "Bounded inputs (two verifiers)".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedfair.core.errors import IdentityError, ProtocolError
+from fedfair.runtime.auditor.config import AuditorConfig, AuditorIdentity
+from fedfair.runtime.contract import BOUNDED_TRAINING, RoundParameters, relayed_keys, round_setup
+from fedfair.runtime.manifest import pinned_verifier
+from fedfair.runtime.plan.aggregator_plan import SharedSettings
+from fedfair.runtime.transport import pb
+from fedfair.secagg.bounded.exchange import AUDITOR
+from fedfair.secagg.bounded.messages import PUBLIC_LIMIT
+from fedfair.secagg.bounded.parameters import round_parameters
+from fedfair.secagg.bounded.peers import Auditor
+from fedfair.secagg.bounded.stages import AUDITOR_STAGES, BOUNDED_ROUND, BoundedStage
+from fedfair.secagg.config import SecAggConfig
+
+
+@dataclass
+class AuditedRound:
+    """One round the auditor verifies: its number, its session's config, and the auditor's state for it."""
+
+    number: int
+    config: SecAggConfig
+    auditor: Auditor
+
+
+class AuditorRounds:
+    """The auditor's steps of each round's bounded sum, under the plan it joined (`shared`)."""
+
+    def __init__(self, config: AuditorConfig, identity: AuditorIdentity, shared: SharedSettings) -> None:
+        self.config = config
+        self.identity = identity
+        self.shared = shared
+        self.current: AuditedRound | None = None
+        """The round in progress (None before its AUDITOR_KEY, and once it was left)."""
+        self.verified: list[int] = []
+        """The rounds whose TOTAL the auditor uploaded: it decided every site of them."""
+
+    def input_limit(self, binding: pb.Binding) -> int:
+        """The most bytes the input of `binding`'s stage may hold: the parameters' limit, then the round's largest."""
+        current = self.current
+        if binding.stage == BOUNDED_TRAINING.wire(BOUNDED_ROUND.spec(BoundedStage.AUDITOR_KEY)) or current is None:
+            return PUBLIC_LIMIT
+        return max(spec.upload_bytes(current.config) for spec in BOUNDED_ROUND.sum_stages)
+
+    def step(self, binding: pb.Binding, inputs: bytes) -> bytes:
+        """The auditor's upload for the stage `binding` names, from that stage's input.
+
+        Raises:
+            ConfigError, IdentityError: the round's parameters do not fit this plan and manifest (AUDITOR_KEY).
+            ProtocolError (AuthenticationError): the stage is none of the auditor's, its input is malformed or does
+                not hold up, or no round was begun.
+        """
+        spec = BOUNDED_TRAINING.specs.get(binding.stage)
+        if spec is None or spec.stage not in AUDITOR_STAGES:
+            raise ProtocolError(f"{pb.Stage.Name(binding.stage)} is not a stage the auditor uploads in")
+        if spec.stage is BoundedStage.AUDITOR_KEY:
+            self.current = self._begin(binding.round, inputs)
+            received = None
+        else:
+            if self.current is None or self.current.number != binding.round:
+                raise ProtocolError(f"round {binding.round}'s auditor never made its round key: {spec.unready}")
+            assert spec.received is not None  # every auditor stage but the first carries the aggregator's message
+            received = spec.received(inputs)
+        upload = spec.step(self.current.auditor, received, _not_asked).to_bytes()
+        if spec.stage is BoundedStage.TOTAL:
+            self.verified.append(binding.round)
+            self.current = None
+        return bytes(upload)
+
+    def leave(self, round_number: int) -> None:
+        """Forget round `round_number` (aborted, or left): its keys go with it."""
+        if self.current is not None and self.current.number == round_number:
+            self.current = None
+
+    def _begin(self, round_number: int, inputs: bytes) -> AuditedRound:
+        """AUDITOR_KEY: check the round's parameters, derive the round's parameters as every party does."""
+        parameters = RoundParameters.from_bytes(inputs)
+        expected = (round_number, BOUNDED_TRAINING.kind, BOUNDED_ROUND.name, True)
+        stated = (parameters.round, parameters.kind, parameters.protocol, parameters.secure)
+        if stated != expected:
+            raise ProtocolError(
+                f"the round's parameters state round {parameters.round}, {parameters.kind!r}, {parameters.protocol!r}"
+                f" (secure: {parameters.secure}); the auditor verifies round {round_number}'s bounded training sum"
+            )
+        manifest = self.config.manifest
+        strangers = sorted(set(parameters.parties) - manifest.collaborator_names)
+        if strangers:
+            raise ProtocolError(f"the round's parties {strangers} are not collaborators of the manifest")
+        config = parameters.secagg_config(self.shared.federation_id, BOUNDED_TRAINING)
+        keys = relayed_keys(parameters, manifest, self.identity.ca_certificate)
+        setup = round_setup(
+            parameters,
+            pinned_verifier(manifest, self.identity.ca_certificate),
+            keys,
+            self.shared.influence,
+            self.shared.batch_fraction,
+            aggregator=manifest.aggregator.name,
+            auditor=self.config.name,
+        )
+        bounded = round_parameters(config, setup)
+        if bounded.auditor_key.public_numbers() != self.identity.key.public_key().public_numbers():
+            raise IdentityError("the round relays another key for this auditor than its own certificate's")
+        auditor = BOUNDED_ROUND.client(bounded, AUDITOR, self.identity.key)
+        assert isinstance(auditor, Auditor)  # bounded_peer makes the auditor's state for its party id
+        return AuditedRound(round_number, config, auditor)
+
+
+def _not_asked() -> np.ndarray:
+    """A site's encoded input, which no auditor stage takes."""
+    raise ProtocolError("the auditor has no encoded input: only a site's SHARE takes one")

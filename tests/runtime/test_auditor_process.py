@@ -1,0 +1,271 @@
+"""The auditor's process against the aggregator's real service: loopback mutual TLS, the federation's certificates.
+
+The aggregator's side is its :class:`Servicer` over a :class:`Board` and a :class:`StageGate`, driven stage by stage
+as its driver runs a bounded round (the round's server, names and :class:`SecureUpload` handlers of
+tests/runtime/test_bounded_round.py); the sites take their stages in process through their own steps. The auditor
+is the real :class:`AuditorProcess` in a thread: it dials with its auditor certificate, checks the plan, waits for
+its tasks, and its uploads are what the aggregator's bounded server receives. Its local checks and its plan check
+refuse with clear errors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedfair import cli
+from fedfair.core.errors import ConfigError, PermanentFailureError
+from fedfair.pki import load_certificate, store
+from fedfair.pki.roster import Roster, pins_from_folders, write_manifest
+from fedfair.runtime.aggregator.board import Board
+from fedfair.runtime.aggregator.network import auditor_authenticator
+from fedfair.runtime.aggregator.round_identities import aggregator_setup
+from fedfair.runtime.aggregator.secure_uploads import SecureUpload
+from fedfair.runtime.aggregator.servicer import Servicer, federation_server
+from fedfair.runtime.auditor.config import AuditorConfig, auditor_config_from_flags, check_auditor_identity
+from fedfair.runtime.auditor.process import AuditorProcess
+from fedfair.runtime.collaborator.bounded_steps import bounded_encoding
+from fedfair.runtime.collaborator.retries import RetryPolicy
+from fedfair.runtime.collaborator.stage_steps import STEPS
+from fedfair.runtime.collaborator.steps import Work
+from fedfair.runtime.contract import ACCEPTED, BOUNDED_TRAINING
+from fedfair.runtime.failures import PLAN_MISMATCH
+from fedfair.runtime.manifest import load_manifest
+from fedfair.runtime.plan import aggregator_plan as plan
+from fedfair.runtime.transport import (
+    PeerAuthenticator,
+    StageGate,
+    TlsFiles,
+    make_binding,
+    pb,
+    server_credentials,
+    server_options,
+)
+from fedfair.secagg.bounded.exchange import AUDITOR as AUDITOR_PARTY
+from fedfair.secagg.bounded.stages import BOUNDED_ROUND
+from fedfair.secagg.round import Opening
+from tests.runtime.harness import eventually
+from tests.runtime.test_bounded_round import MODEL, PARAMETERS, Federation, bounded  # noqa: F401 (the fixture)
+from tests.runtime.test_input_bound import AUDITOR, federation  # noqa: F401 (the fixture)
+from tests.runtime.test_manifest import COLLABORATORS
+
+QUICK = RetryPolicy(max_wait_seconds=5.0, start_wait_seconds=5.0, base_seconds=0.1, cap_seconds=0.5)
+"""The auditor's back-off in these tests: an aggregator that is there answers at once."""
+STAGE_SECONDS = 60.0
+"""An auditor stage's deadline: the stage ends once the auditor answered, so only a failing test waits for it."""
+
+
+@dataclass
+class Served:
+    """The aggregator's service on a loopback port, for the plan `bounded.loaded`."""
+
+    board: Board
+    gate: StageGate
+    address: str
+
+
+@pytest.fixture()
+def served(bounded: Federation) -> Iterator[Served]:  # noqa: F811
+    loaded = bounded.loaded
+    ca = bounded.folder / "ca"
+    ca_certificate = load_certificate(ca / "ca.crt")
+    board = Board(plan.plan_digest(loaded))
+    gate = StageGate(loaded.federation_id)
+    gate.open(0, pb.STAGE_JOIN)
+    auditor = auditor_authenticator(dataclasses.replace(loaded, manifest=bounded.manifest), ca_certificate)
+    assert auditor is not None
+    board.verifiers = auditor.allowed_names
+    servicer = Servicer(
+        board, gate, PeerAuthenticator(ca_certificate, COLLABORATORS), plan.shared_settings(loaded), auditor=auditor
+    )
+    server = federation_server(servicer, len(COLLABORATORS), server_options())
+    files = TlsFiles(ca / "ca.crt", ca / "aggregator.crt", ca / "aggregator.key")
+    port = server.add_secure_port("127.0.0.1:0", server_credentials(files))
+    server.start()
+    yield Served(board, gate, f"127.0.0.1:{port}")
+    board.close()
+    server.stop(grace=None).wait()
+
+
+def auditor_config(folder: Path, address: str, name: str = AUDITOR) -> AuditorConfig:
+    """The auditor's settings as its flags give them: its files as the CA and its request left them."""
+    return auditor_config_from_flags(
+        cert=folder / "ca" / f"{name}.crt",
+        key=folder / name / f"{name}.key",
+        ca=folder / "ca" / "ca.crt",
+        manifest=folder / "manifest.toml",
+        aggregator=address,
+        folder=folder / name,
+    )
+
+
+def started(config: AuditorConfig) -> tuple[AuditorProcess, threading.Thread, list[int | BaseException]]:
+    """The auditor's process, running in a thread; its exit status (or what it raised) lands in the list."""
+    process = AuditorProcess(config, retry=QUICK)
+    outcome: list[int | BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(process.run())
+        except BaseException as error:  # noqa: BLE001 -- handed to the test, which asserts on it
+            outcome.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return process, thread, outcome
+
+
+def test_the_auditor_process_serves_a_bounded_rounds_auditor_stages(
+    bounded: Federation,  # noqa: F811
+    served: Served,
+) -> None:
+    process, thread, outcome = started(auditor_config(bounded.folder, served.address))
+    # It joins as the plan's auditor: its task stream is live, yet it is no collaborator of any round.
+    assert eventually(lambda: AUDITOR in served.board.following(), 30.0), outcome
+    assert served.board.connected() == frozenset()
+    parameters = bounded.parameters()
+    config = parameters.secagg_config(bounded.loaded.federation_id, BOUNDED_TRAINING)
+    setup = aggregator_setup(bounded.held, bounded.driver.verify, parameters, BOUNDED_TRAINING)
+    server = BOUNDED_ROUND.server(config, setup)
+    names = BOUNDED_ROUND.names(config, setup)
+    works, updates = {}, {}
+    rng = np.random.default_rng(3)
+    for name, me in bounded.sites.items():
+        weight = bounded.loaded.influence.weight_of(name, bounded.loaded.batch_fraction)
+        direction = rng.normal(size=PARAMETERS + 1)
+        updates[name] = direction * (0.5 * bounded.loaded.influence.update_norm * weight / np.linalg.norm(direction))
+        works[name] = Work(1, BOUNDED_TRAINING, None, weight, model=MODEL)
+        works[name].encoded = bounded_encoding(updates[name], name, me.shared)
+    served.board.new_round(1)
+    verdicts: dict[str, bytes] = {}
+    opening: Opening | None = BOUNDED_ROUND.open_sum(server)
+    for spec in BOUNDED_ROUND.sum_stages:
+        assert opening is not None
+        inputs = parameters.to_bytes() if opening.inputs is None else opening.inputs.to_bytes()
+        stage = BOUNDED_TRAINING.wire(spec)
+        handler = (
+            None if spec.upload is None else SecureUpload(spec.upload, partial(spec.receive, server)).handler(names)
+        )
+        if opening.among == (AUDITOR_PARTY,):
+            # The auditor's stage, over the network: it takes its task, fetches its input and uploads.
+            assert handler is not None
+            binding = served.gate.open(1, stage, timeout_seconds=STAGE_SECONDS, participants=(AUDITOR,))
+            served.board.open_stage(
+                binding, (AUDITOR,), inputs, handler, max_upload_bytes=spec.upload_bytes(config), timeout=STAGE_SECONDS
+            )
+            served.board.wait_stage()
+            assert served.board.close_stage()[0] == {AUDITOR}, f"the auditor did not answer {pb.Stage.Name(stage)}"
+        else:
+            for party in opening.among:
+                name = names.name_of(party)
+                upload = STEPS[stage](bounded.sites[name], works[name], inputs)
+                if handler is None:
+                    verdicts[name] = bytes(upload)
+                else:
+                    handler(name, upload)
+        opening = None if spec.close is None else spec.close(server)
+    # Every site accepted the verdict record the two verifiers' evidence makes, and the sum is every site's.
+    assert verdicts == dict.fromkeys(COLLABORATORS, ACCEPTED)
+    result = server.finish()
+    assert tuple(config.name_of(party) for party in result.contributors) == COLLABORATORS
+    expected = sum(updates[name] for name in COLLABORATORS)
+    assert np.max(np.abs(result.decoded.weighted_sum - expected)) <= result.decoded.error_bound
+    assert process.rounds.verified == [1]
+    served.board.finish(make_binding(bounded.loaded.federation_id, 1, pb.STAGE_EVAL_UNMASK))
+    thread.join(30.0)
+    assert outcome == [0]
+
+
+def test_a_plan_that_does_not_name_the_auditor_is_refused(bounded: Federation) -> None:  # noqa: F811
+    other = bounded.folder / "other-audit"
+    _, request = store.request_certificate(other, "other-audit", "auditor")
+    store.sign_certificate(bounded.folder / "ca", request)
+    # The manifest lists both auditors (the plan names audit-co): the other is refused once it reads the plan.
+    both = bounded.folder / "two-auditors.toml"
+    write_manifest(both, Roster("fedfair-demo", tuple(pins_from_folders([bounded.folder / "ca"])), 0, 2))
+    loaded = dataclasses.replace(bounded.loaded, manifest=load_manifest(both))
+    ca_certificate = load_certificate(bounded.folder / "ca" / "ca.crt")
+    board, gate = Board(plan.plan_digest(loaded)), StageGate(loaded.federation_id)
+    gate.open(0, pb.STAGE_JOIN)
+    # An aggregator that admits it (as if its plan named it) but serves the plan that names audit-co.
+    admits = PeerAuthenticator(ca_certificate, ("other-audit",), "auditor")
+    servicer = Servicer(
+        board, gate, PeerAuthenticator(ca_certificate, COLLABORATORS), plan.shared_settings(loaded), auditor=admits
+    )
+    server = federation_server(servicer, len(COLLABORATORS), server_options())
+    ca = bounded.folder / "ca"
+    port = server.add_secure_port(
+        "127.0.0.1:0", server_credentials(TlsFiles(ca / "ca.crt", ca / "aggregator.crt", ca / "aggregator.key"))
+    )
+    server.start()
+    try:
+        config = auditor_config(bounded.folder, f"127.0.0.1:{port}", "other-audit")
+        _, thread, outcome = started(dataclasses.replace(config, manifest=loaded.manifest))
+        thread.join(30.0)
+    finally:
+        board.close()
+        server.stop(grace=None).wait()
+    (error,) = outcome
+    assert isinstance(error, PermanentFailureError) and error.failure is PLAN_MISMATCH
+    assert "it names 'audit-co' as its auditor, not 'other-audit'" in str(error)
+    assert 'input_bound = "two_verifiers", auditor = "other-audit"' in str(error)
+
+
+def test_the_command_line_refuses_bad_input_naming_the_fix(
+    federation: Path,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    address = "127.0.0.1:9"
+
+    def start(*flags: str) -> str:
+        assert cli.main(["auditor", "start", *flags]) == 2
+        return capsys.readouterr().err
+
+    files = [
+        "--cert",
+        str(federation / "ca" / f"{AUDITOR}.crt"),
+        "--key",
+        str(federation / AUDITOR / f"{AUDITOR}.key"),
+        "--manifest",
+        str(federation / "manifest.toml"),
+        "--aggregator",
+        address,
+    ]
+    said = start(*files[:-2])
+    assert "missing --aggregator: give them, or --config auditor.toml" in said
+    said = start("--cert", str(federation / "nowhere.crt"), *files[2:])
+    assert "--cert " in said and "nowhere.crt: no such file" in said
+    # A collaborator's certificate is not an auditor's.
+    site = [
+        "--cert",
+        str(federation / "ca" / "hospital-a.crt"),
+        "--key",
+        str(federation / "hospital-a" / "hospital-a.key"),
+    ]
+    said = start(*site, *files[4:])
+    assert "the auditor's TLS files are unusable" in said and "not issued for the auditor role" in said
+    assert "--role auditor" in said
+    said = start("--config", str(federation / "auditor.toml"), *files)
+    assert "give --config or the flags, not both" in said
+
+
+def test_local_checks_name_the_certificate_and_the_manifest(federation: Path) -> None:  # noqa: F811
+    config = auditor_config(federation, "127.0.0.1:9")
+    check_auditor_identity(config)  # its own files, its pin: nothing to refuse
+    other = dataclasses.replace(config, name="hospital-a")
+    with pytest.raises(ConfigError, match="name = 'hospital-a' but .* certifies 'audit-co'"):
+        check_auditor_identity(other)
+    _, request = store.request_certificate(federation / "stranger-audit", "stranger-audit", "auditor")
+    store.sign_certificate(federation / "ca", request)
+    unlisted = auditor_config(federation, "127.0.0.1:9", "stranger-audit")
+    with pytest.raises(ConfigError, match=r"does not list it; an auditor takes part only in a federation whose"):
+        check_auditor_identity(unlisted)
+    with pytest.raises(ConfigError, match="--aggregator 'nowhere': expected host:port"):
+        auditor_config(federation, "nowhere")
