@@ -32,6 +32,7 @@ from fedfair.runtime.aggregator.secure_uploads import SecureUpload
 from fedfair.runtime.collaborator.bounded_steps import bounded_encoding
 from fedfair.runtime.collaborator.stage_steps import STEPS
 from fedfair.runtime.collaborator.steps import Participant, Work
+from fedfair.runtime.collaborator.uplink import input_limit
 from fedfair.runtime.contract import (
     ACCEPTED,
     BOUNDED_TRAINING,
@@ -43,12 +44,14 @@ from fedfair.runtime.contract import (
 )
 from fedfair.runtime.faults import LIAR_VARIABLE
 from fedfair.runtime.plan import aggregator_plan as plan
+from fedfair.runtime.transport import pb
 from fedfair.pki.identity import generate_identity_key
 from fedfair.secagg import keys
 from fedfair.secagg.bounded.exchange import AUDITOR as AUDITOR_PARTY
 from fedfair.secagg.bounded.layout import squared_bound
 from fedfair.secagg.bounded.messages import ShareOpening, SignedRoundKey
 from fedfair.secagg.bounded.parameters import round_parameters
+from fedfair.secagg.bounded.simulate import simulate_bounded_round
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND, BoundedStage
 from fedfair.secagg.round import Opening
 from tests.runtime.test_input_bound import AUDITOR, declared, federation  # noqa: F401 (the fixture)
@@ -169,6 +172,10 @@ def run_round(
         inputs = parameters.to_bytes() if opening.inputs is None else opening.inputs.to_bytes()
         if spec.stage is BoundedStage.DECIDE and record is not None:
             inputs = record(inputs)
+        if AUDITOR_PARTY not in opening.among:  # what a site reads is within what it admits
+            wire = BOUNDED_TRAINING.wire(spec)
+            task = pb.Task(binding=pb.Binding(stage=wire))
+            assert len(inputs) <= input_limit(task, len(COLLABORATORS), PARAMETERS, 0), pb.Stage.Name(wire)
         for party in opening.among:
             name = names.name_of(party)
             if party == AUDITOR_PARTY:
@@ -301,3 +308,21 @@ def test_a_sites_encoding_is_within_its_bound_at_and_beyond_it(size: int, scale:
     assert sum(int(v) ** 2 for v in encoded) <= squared_bound(influence.update_norm, 1.0, bits)
     within = update * min(1.0, 1.0 / scale)  # an update over its bound is scaled back to it
     assert np.max(np.abs(np.ldexp(encoded.astype(np.float64), -bits) - within)) < 2.0**-bits * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("sites", [3, 10])
+def test_a_verdict_record_at_ten_thousand_parameters_is_within_what_a_site_reads(sites: int) -> None:
+    """The record holds both verifiers' messages for every site: the cap grows with the model and the roster."""
+    parameters = 10_000
+    weights = dict.fromkeys(range(1, sites + 1), 1.0)
+    trace = simulate_bounded_round(
+        dimension=parameters + 1,
+        fractional_bits=16,
+        update_norm=1.0,
+        weights=weights,
+        encoded_input=lambda party: np.zeros(parameters + 1, np.int64),
+    )
+    task = pb.Task(binding=pb.Binding(stage=pb.STAGE_BOUNDED_DECIDE))
+    assert trace.record_bytes <= input_limit(task, sites, parameters, 0)
+    # Not the secure stages' flat cap: the record outgrows it with d (10.7 MB at d = 10^6, n = 10).
+    assert input_limit(task, sites, 10**6, 0) > 10.7e6

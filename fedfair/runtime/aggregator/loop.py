@@ -39,6 +39,7 @@ from fedfair.runtime.aggregator.evaluation import federated_evaluation
 from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.observe.logs import per_round
 from fedfair.runtime.aggregator.network import Network
+from fedfair.runtime.aggregator.round_identities import aggregator_identities
 from fedfair.runtime.aggregator.quorum import participants
 from fedfair.runtime.aggregator.state import output_values, parameters, placed, step, training_values
 from fedfair.runtime.aggregator.statistics import statistics_checkpoint
@@ -135,6 +136,7 @@ class RoundLoop:
                 grace=self.plan.quorum.grace_factor,
                 tolerates_dropouts=secure.tolerates_dropouts,
                 folder=self.output,
+                identities=aggregator_identities(self.plan, self.network.authenticator.admitted),
             ),
             # Under a manifest the aggregator checks relayed certificates against the pins in force too, so
             # a twin or a revoked key is refused at the door (the collaborators check again themselves).

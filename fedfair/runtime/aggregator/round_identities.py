@@ -13,12 +13,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.core.errors import RoundAbortedError
+from fedfair import pki
+from fedfair.core.errors import ConfigError, RoundAbortedError
 from fedfair.pki.identity import CredentialVerifier, public_key_from_certificate
 from fedfair.runtime.contract import RoundParameters, Stages, identities, round_setup
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
 from fedfair.runtime.plan.influence import InfluenceSettings
+from fedfair.runtime.transport import TlsFiles
 from fedfair.secagg.round import RoundSetup
 
 
@@ -58,7 +62,41 @@ def relayed_identities(
             f"a {stages.protocol.name} round needs the aggregator's identity and its peers' certificates, "
             "which this aggregator was not given: run it from a plan that declares its input bound"
         )
-    return identities(held.certificates((*roster, held.name, held.auditor)))
+    try:
+        return identities(held.certificates((*roster, held.name, held.auditor)))
+    except ConfigError as error:
+        raise RoundAbortedError(f"the round cannot relay its parties' certificates: {error}") from None
+
+
+def aggregator_identities(plan: AggregatorPlan, admitted: Callable[[str], bytes | None]) -> RoundIdentities | None:
+    """What the aggregator of `plan` supplies its bounded rounds, or None where the plan bounds no input.
+
+    Its own certificate and identity key are its TLS files; a peer's certificate is the one `admitted` says it
+    connected with (:meth:`~fedfair.runtime.transport.security.PeerAuthenticator.admitted`).
+    """
+    secure = plan.secure_aggregation
+    if not secure.bounds_inputs or secure.auditor is None:
+        return None
+    files = TlsFiles.in_folder(plan.aggregator.certs, plan.aggregator.name)
+    own = pki.load_certificate(files.cert).public_bytes(serialization.Encoding.DER)
+
+    def certificates(names: Iterable[str]) -> dict[str, bytes]:
+        found: dict[str, bytes] = {}
+        for name in names:
+            certificate = own if name == plan.aggregator.name else admitted(name)
+            if certificate is None:
+                raise ConfigError(f"{name!r} has not connected with a certificate the manifest pins")
+            found[name] = certificate
+        return found
+
+    return RoundIdentities(
+        plan.aggregator.name,
+        secure.auditor,
+        pki.load_private_key(files.key),
+        certificates,
+        plan.influence,
+        plan.batch_fraction,
+    )
 
 
 def aggregator_setup(

@@ -46,6 +46,7 @@ from fedfair.runtime.transport import Pieces
 from fedfair.runtime.transport.chunks import plain_upload
 from fedfair.secagg import Client, EncodingConfig
 from fedfair.secagg.credentials import remembered
+from fedfair.secagg.bounded.peers import BoundedSite
 from fedfair.secagg.graph import canonical_roster
 from fedfair.secagg.round import SecureRound, StageSpec
 from fedfair.secagg.verify_client import PLAIN_PIECE
@@ -80,7 +81,8 @@ class Work:
     stages: Stages
     vector: np.ndarray | None
     weight: float
-    client: Client | None = None
+    client: Client | BoundedSite | None = None
+    """This round's party state: the masked round's client, or the bounded sum's site."""
     withdrawn: bool = False
     encoded: np.ndarray | None = None
     """The fixed-point encoding of (vector, weight), made before the masking stage needs it."""

@@ -223,6 +223,8 @@ class PeerAuthenticator:
         self.revoked: frozenset[str] = frozenset()
         self._clock = clock
         self._verified: dict[bytes, _Verified] = {}
+        self._admitted: dict[str, x509.Certificate] = {}
+        """Name -> the certificate it was last admitted with (:meth:`admitted`)."""
         self._lock = threading.Lock()
 
     def repin(self, pins: Mapping[str, str], revoked: Iterable[str]) -> None:
@@ -244,6 +246,22 @@ class PeerAuthenticator:
         if name not in self.allowed_names:
             raise RefusedError(Refusal.NOT_PERMITTED, NOT_PERMITTED)
         return name
+
+    def admitted(self, name: str) -> bytes | None:
+        """The certificate (DER) `name` was last admitted with, if the pins in force still admit it and it is valid.
+
+        What a round that relays its parties' certificates (the bounded sum) sends: each party checks it again.
+        """
+        with self._lock:
+            certificate = self._admitted.get(name)
+            pins, revoked = self.pins, self.revoked
+        if certificate is None or pki.fingerprint(certificate) in revoked:
+            return None
+        if pins is not None and pins.get(name) != pki.fingerprint(certificate):
+            return None
+        if not certificate.not_valid_before_utc <= self._clock() <= certificate.not_valid_after_utc:
+            return None
+        return certificate.public_bytes(serialization.Encoding.DER)
 
     def _remembered(self, pem: bytes) -> str | None:
         """The name of a certificate verified before and still within its validity window, else None."""
@@ -270,4 +288,5 @@ class PeerAuthenticator:
             if pem not in self._verified and len(self._verified) >= VERIFIED_CERTIFICATES:
                 del self._verified[next(iter(self._verified))]
             self._verified[pem] = _Verified(name, certificate.not_valid_before_utc, certificate.not_valid_after_utc)
+            self._admitted[name] = certificate
         return name

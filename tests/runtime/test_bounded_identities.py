@@ -1,0 +1,82 @@
+"""The certificates an aggregator relays in a bounded round: each peer's as it was admitted, while still admitted.
+
+A bounded round's parameters carry every party's certificate (its parties check each against their manifests);
+the aggregator takes its peers' from its authenticator (:meth:`PeerAuthenticator.admitted`), never one the pins in
+force no longer admit, a revoked one or one out of its window, and its own from its TLS files.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+
+from fedfair.core.errors import RoundAbortedError
+from fedfair.pki import fingerprint, load_certificate
+from fedfair.runtime.aggregator.round_identities import aggregator_identities, relayed_identities
+from fedfair.runtime.contract import BOUNDED_TRAINING, TRAINING
+from fedfair.runtime.transport.security import PeerAuthenticator
+from tests.runtime.test_input_bound import AUDITOR, declared, federation  # noqa: F401 (the fixture)
+from tests.runtime.test_manifest import COLLABORATORS, aggregator_plan_with
+
+
+class Context:
+    """A servicer context whose caller presented `pem` in its TLS handshake."""
+
+    def __init__(self, pem: bytes) -> None:
+        self.pem = pem
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return {"transport_security_type": [b"ssl"], "x509_pem_cert": [self.pem]}
+
+
+def pem(folder: Path, name: str) -> bytes:
+    return (folder / "ca" / f"{name}.crt").read_bytes()
+
+
+def der(folder: Path, name: str) -> bytes:
+    return load_certificate(folder / "ca" / f"{name}.crt").public_bytes(serialization.Encoding.DER)
+
+
+def test_a_peers_certificate_is_relayed_only_while_the_pins_admit_it(federation: Path) -> None:  # noqa: F811
+    now = dt.datetime.now(dt.UTC)
+    clock = [now]
+    authenticator = PeerAuthenticator(
+        load_certificate(federation / "ca" / "ca.crt"), COLLABORATORS, clock=lambda: clock[0]
+    )
+    assert authenticator.admitted("hospital-a") is None  # never connected
+    context: Any = Context(pem(federation, "hospital-a"))
+    assert authenticator.identify(context) == "hospital-a"
+    assert authenticator.admitted("hospital-a") == der(federation, "hospital-a")
+    assert authenticator.admitted("hospital-b") is None
+    pinned = fingerprint(load_certificate(federation / "ca" / "hospital-a.crt"))
+    authenticator.repin({"hospital-a": "00:" * 31 + "00"}, ())
+    assert authenticator.admitted("hospital-a") is None  # a manifest update re-keyed it
+    authenticator.repin({"hospital-a": pinned}, (pinned,))
+    assert authenticator.admitted("hospital-a") is None  # revoked
+    authenticator.repin({"hospital-a": pinned}, ())
+    assert authenticator.admitted("hospital-a") == der(federation, "hospital-a")
+    clock[0] = now + dt.timedelta(days=10_000)
+    assert authenticator.admitted("hospital-a") is None  # expired
+
+
+def test_the_aggregator_relays_its_own_its_peers_and_the_auditors_or_aborts_naming_who_is_missing(
+    federation: Path,  # noqa: F811
+) -> None:
+    loaded = declared(aggregator_plan_with(federation, aggregator={"certs": str(federation / "ca")}))
+    admitted = {name: der(federation, name) for name in (*COLLABORATORS, AUDITOR)}
+    held = aggregator_identities(loaded, admitted.get)
+    assert held is not None and (held.name, held.auditor) == ("aggregator", AUDITOR)
+    relayed = dict(relayed_identities(held, BOUNDED_TRAINING, COLLABORATORS))
+    assert relayed == {
+        name: certificate.hex()
+        for name, certificate in {**admitted, "aggregator": der(federation, "aggregator")}.items()
+    }
+    assert relayed_identities(held, TRAINING, COLLABORATORS) == ()  # the masked round relays none
+    del admitted["hospital-c"]
+    with pytest.raises(RoundAbortedError, match="'hospital-c' has not connected with a certificate the manifest pins"):
+        relayed_identities(held, BOUNDED_TRAINING, COLLABORATORS)
+    assert aggregator_identities(aggregator_plan_with(federation), admitted.get) is None  # the plan bounds nothing
