@@ -37,6 +37,11 @@ def pem(folder: Path, name: str) -> bytes:
     return (folder / "ca" / f"{name}.crt").read_bytes()
 
 
+def caller(folder: Path, name: str) -> Any:
+    """A context of `name`'s call (the authenticator reads nothing of a context but its TLS handshake)."""
+    return Context(pem(folder, name))
+
+
 def der(folder: Path, name: str) -> bytes:
     return load_certificate(folder / "ca" / f"{name}.crt").public_bytes(serialization.Encoding.DER)
 
@@ -48,8 +53,7 @@ def test_a_peers_certificate_is_relayed_only_while_the_pins_admit_it(federation:
         load_certificate(federation / "ca" / "ca.crt"), COLLABORATORS, clock=lambda: clock[0]
     )
     assert authenticator.admitted("hospital-a") is None  # never connected
-    context: Any = Context(pem(federation, "hospital-a"))
-    assert authenticator.identify(context) == "hospital-a"
+    assert authenticator.identify(caller(federation, "hospital-a")) == "hospital-a"
     assert authenticator.admitted("hospital-a") == der(federation, "hospital-a")
     assert authenticator.admitted("hospital-b") is None
     pinned = fingerprint(load_certificate(federation / "ca" / "hospital-a.crt"))
@@ -67,16 +71,18 @@ def test_the_aggregator_relays_its_own_its_peers_and_the_auditors_or_aborts_nami
     federation: Path,  # noqa: F811
 ) -> None:
     loaded = declared(aggregator_plan_with(federation, aggregator={"certs": str(federation / "ca")}))
-    admitted = {name: der(federation, name) for name in (*COLLABORATORS, AUDITOR)}
-    held = aggregator_identities(loaded, admitted.get)
+    ca = load_certificate(federation / "ca" / "ca.crt")
+    sites = PeerAuthenticator(ca, COLLABORATORS)
+    auditor = PeerAuthenticator(ca, (AUDITOR,), "auditor")
+    for name in COLLABORATORS[:2]:
+        sites.identify(caller(federation, name))
+    auditor.identify(caller(federation, AUDITOR))
+    held = aggregator_identities(loaded, (sites, auditor))
     assert held is not None and (held.name, held.auditor) == ("aggregator", AUDITOR)
-    relayed = dict(relayed_identities(held, BOUNDED_TRAINING, COLLABORATORS))
-    assert relayed == {
-        name: certificate.hex()
-        for name, certificate in {**admitted, "aggregator": der(federation, "aggregator")}.items()
-    }
-    assert relayed_identities(held, TRAINING, COLLABORATORS) == ()  # the masked round relays none
-    del admitted["hospital-c"]
+    roster = COLLABORATORS[:2]
+    relayed = dict(relayed_identities(held, BOUNDED_TRAINING, roster))
+    assert relayed == {name: der(federation, name).hex() for name in (*roster, "aggregator", AUDITOR)}
+    assert relayed_identities(held, TRAINING, roster) == ()  # the masked round relays none
     with pytest.raises(RoundAbortedError, match="'hospital-c' has not connected with a certificate the manifest pins"):
         relayed_identities(held, BOUNDED_TRAINING, COLLABORATORS)
-    assert aggregator_identities(aggregator_plan_with(federation), admitted.get) is None  # the plan bounds nothing
+    assert aggregator_identities(aggregator_plan_with(federation), (sites, auditor)) is None  # the plan bounds nothing

@@ -136,7 +136,7 @@ class RoundLoop:
                 grace=self.plan.quorum.grace_factor,
                 tolerates_dropouts=secure.tolerates_dropouts,
                 folder=self.output,
-                identities=aggregator_identities(self.plan, self.network.authenticator.admitted),
+                identities=aggregator_identities(self.plan, (self.network.authenticator, self.network.auditor)),
             ),
             # Under a manifest the aggregator checks relayed certificates against the pins in force too, so
             # a twin or a revoked key is refused at the door (the collaborators check again themselves).

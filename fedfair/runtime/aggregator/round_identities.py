@@ -23,6 +23,7 @@ from fedfair.runtime.contract import RoundParameters, Stages, identities, round_
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
 from fedfair.runtime.plan.influence import InfluenceSettings
 from fedfair.runtime.transport import TlsFiles
+from fedfair.runtime.transport.security import PeerAuthenticator
 from fedfair.secagg.round import RoundSetup
 
 
@@ -68,17 +69,24 @@ def relayed_identities(
         raise RoundAbortedError(f"the round cannot relay its parties' certificates: {error}") from None
 
 
-def aggregator_identities(plan: AggregatorPlan, admitted: Callable[[str], bytes | None]) -> RoundIdentities | None:
+def aggregator_identities(
+    plan: AggregatorPlan, authenticators: Iterable[PeerAuthenticator | None]
+) -> RoundIdentities | None:
     """What the aggregator of `plan` supplies its bounded rounds, or None where the plan bounds no input.
 
-    Its own certificate and identity key are its TLS files; a peer's certificate is the one `admitted` says it
-    connected with (:meth:`~fedfair.runtime.transport.security.PeerAuthenticator.admitted`).
+    Its own certificate and identity key are its TLS files; a peer's certificate is the one it was admitted with by
+    whichever of `authenticators` admits its name (the sites', the auditor's;
+    :meth:`~fedfair.runtime.transport.security.PeerAuthenticator.admitted`).
     """
     secure = plan.secure_aggregation
     if not secure.bounds_inputs or secure.auditor is None:
         return None
     files = TlsFiles.in_folder(plan.aggregator.certs, plan.aggregator.name)
     own = pki.load_certificate(files.cert).public_bytes(serialization.Encoding.DER)
+    admitting = [authenticator for authenticator in authenticators if authenticator is not None]
+
+    def admitted(name: str) -> bytes | None:
+        return next((held.admitted(name) for held in admitting if name in held.allowed_names), None)
 
     def certificates(names: Iterable[str]) -> dict[str, bytes]:
         found: dict[str, bytes] = {}
