@@ -63,8 +63,13 @@ class ModelChain:
 
     @property
     def active(self) -> bool:
-        """Whether the plan verifies its training sums (secure aggregation): only then is there a chain."""
-        return self._shared.secure_aggregation.enabled
+        """Whether the plan verifies its training sums (secure aggregation): only then is there a chain.
+
+        Not under a two-verifier input bound: its training rounds run the bounded sum, whose total no site
+        receives or verifies (docs/security.md, "Bounded inputs"), so no model after round 1 could be checked.
+        """
+        secure = self._shared.secure_aggregation
+        return secure.enabled and not secure.bounds_inputs
 
     @property
     def anchor(self) -> Anchor | None:
