@@ -1,8 +1,7 @@
 """A site may refuse the auditor a plan's input bound names (issue 80): one line, its own exit status, nothing lost.
 
 The refusal is checked as the plan arrives (`preparation.join`), before anything is sent or recorded; the
-aggregator here is a stub that serves a plan declaring the mode, since no real aggregator loads one until the
-round carries the proof.
+aggregator here is a stub that serves a plan declaring the mode.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from fedfair.core.errors import ConfigError, PermanentFailureError
 from fedfair.privacy.ledger_home import LEDGER_DIR_VARIABLE
 from fedfair.runtime.collaborator import client
 from fedfair.runtime.collaborator.config import CollaboratorConfig, parse_collaborator_config
+from fedfair.runtime.collaborator.consent import check_input_bound
 from fedfair.runtime.collaborator.preparation import join
 from fedfair.runtime.failures import AUDITOR_REFUSED, EXIT_REFUSED, PLAN_MISMATCH
 from fedfair.runtime.observe.logs import Console
@@ -87,12 +87,13 @@ def test_a_site_that_refuses_the_auditor_says_so_in_one_line_and_loses_nothing(
     assert not (tmp_path / "ledgers").exists() and list(folder.iterdir()) == []
 
 
-def test_a_site_that_accepts_the_auditor_is_still_refused_until_the_round_carries_the_proof(
+def test_a_site_that_accepts_the_auditor_consents_and_one_without_a_manifest_is_refused(
     federation: Path,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    error = joined(site(tmp_path / "a", federation / "manifest.toml", refuse_auditors=["audit-2"]), served(federation))
-    assert error.failure is PLAN_MISMATCH and "declared but not yet available in the runtime" in str(error)
+    config = site(tmp_path / "a", federation / "manifest.toml", refuse_auditors=["audit-2"])
+    shared = plan.load_shared_settings(served(federation).payload)
+    check_input_bound(shared, config.refused_auditors, config.manifest, config.source)  # nothing refused
     # Without a manifest nothing pins who the auditor is.
     error = joined(site(tmp_path / "b", None), served(federation))
     assert error.failure is PLAN_MISMATCH and "an institution only a manifest can pin" in str(error)

@@ -1,8 +1,8 @@
 """The two-verifier input bound as a plan declares it (issue 80): its keys, its auditor, the manifest that pins both.
 
 Every refusal names the problem and the fix; the auditor is an institution of its own in the manifest, with a
-certificate of the federation's CA for the auditor role; and until the round carries the proof, a plan that
-declares the mode is refused at load, so nothing claims bounded inputs it does not check.
+certificate of the federation's CA for the auditor role; a plan that declares the mode loads under a manifest
+that pins its auditor.
 """
 
 from __future__ import annotations
@@ -108,12 +108,10 @@ def test_the_mode_and_its_auditor_are_shared_and_inside_the_pinned_digest() -> N
     assert "two verifiers, the aggregator and auditor 'audit-co'" in line and "must not collude" in line
 
 
-def test_until_the_round_carries_the_proof_a_declaring_plan_is_refused_at_load(federation: Path) -> None:
-    with pytest.raises(ConfigError, match="declared but not yet available in the runtime") as caught:
-        aggregator_plan_with(federation, secure_aggregation=ON)
-    said = str(caught.value)
-    assert 'docs/security.md, "Bounded inputs (two verifiers)"' in said and "auditor 'audit-co'" in said
-    assert 'set input_bound = "none"' in said
+def test_a_declaring_plan_loads_under_a_manifest_that_pins_its_auditor(federation: Path) -> None:
+    loaded = aggregator_plan_with(federation, secure_aggregation=ON)
+    assert (loaded.secure_aggregation.input_bound, loaded.secure_aggregation.auditor) == (TWO_VERIFIERS, AUDITOR)
+    assert loaded.secure_aggregation.bounds_inputs
 
 
 # ---------------------------------------------------------------- the manifest's auditor

@@ -19,7 +19,7 @@ from fedfair.pki.names import validate_name
 from fedfair.runtime.failures import AUDITOR_REFUSED, PLAN_MISMATCH
 from fedfair.runtime.manifest import Manifest
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
-from fedfair.runtime.plan.input_bound import check_bounded_round, refuse_until_wired
+from fedfair.runtime.plan.input_bound import check_bounded_round
 
 REFUSE_AUDITORS = "refuse_auditors"
 """[collaborator] refuse_auditors: the auditor institutions this site refuses as a second verifier of its input."""
@@ -48,9 +48,8 @@ def check_input_bound(
 
     Raises:
         PermanentFailureError: ``auditor-refused`` (exit status EXIT_REFUSED) when `refused` names the auditor;
-            ``plan-mismatch`` when this site has no manifest to pin the auditor by, the round cannot run the plan as
-            declared (:func:`~fedfair.runtime.plan.input_bound.check_bounded_round`), or while the mode is not
-            yet carried by the round (:func:`~fedfair.runtime.plan.input_bound.refuse_until_wired`).
+            ``plan-mismatch`` when this site has no manifest to pin the auditor by, or the round cannot run the plan
+            as declared (:func:`~fedfair.runtime.plan.input_bound.check_bounded_round`).
     """
     secure = shared.secure_aggregation
     auditor = secure.auditor
@@ -73,6 +72,5 @@ def check_input_bound(
             secure.fractional_bits,
             "the aggregator's plan",
         )
-        refuse_until_wired(secure, "the aggregator's plan")
     except ConfigError as error:
         raise PermanentFailureError(PLAN_MISMATCH, reason=error) from None

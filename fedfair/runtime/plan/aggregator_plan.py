@@ -32,7 +32,6 @@ from fedfair.runtime.plan.input_bound import (
     NO_INPUT_BOUND,
     check_auditor_independent,
     check_bounded_round,
-    refuse_until_wired,
 )
 from fedfair.runtime.plan.limits import MAX_COLLABORATORS
 from fedfair.runtime.plan.privacy import PlanPrivacy
@@ -169,7 +168,6 @@ def parse_aggregator_plan(data: Mapping[str, Any], source: Path, *, check_manife
         loaded.secure_aggregation.fractional_bits,
         where,
     )
-    refuse_until_wired(loaded.secure_aggregation, where)
     return loaded
 
 

@@ -3,8 +3,8 @@
 In that mode every party proves its update within its L2 bound (``update_norm`` times its weight) to two
 verifiers: the aggregator and an auditor institution the manifest names (fedfair.secagg.bounded). Here: the
 keys, the auditor's independence (neither the aggregator nor a collaborator), the line ``fedfair plan show``
-prints, and the one refusal that keeps a plan in that mode from running until the round carries the proof
-(:func:`refuse_until_wired`). A site may refuse the auditor by name ([collaborator] refuse_auditors).
+prints, and what the round cannot yet run (:func:`check_bounded_round`). A site may refuse the auditor by name
+([collaborator] refuse_auditors).
 
 Why: docs/security.md, "Bounded inputs (two verifiers)", "Declaring it".
 """
@@ -136,22 +136,3 @@ def check_bounded_round(
                 f"fit the bounded round's field at [secure_aggregation] fractional_bits = {fractional_bits} "
                 f"({error}); lower fractional_bits or update_norm"
             ) from None
-
-
-def refuse_until_wired(secure: InputBound, where: str) -> None:
-    """Refuse a plan in the two-verifier mode while the round does not carry the proof.
-
-    The protocol core exists (fedfair.secagg.bounded) but no round runs it yet, and a plan that declared the
-    mode and ran without it would promise bounded inputs it does not check. Delete this check, and its calls,
-    when the round carries the proof.
-
-    Raises:
-        ConfigError: the plan declares the mode.
-    """
-    if secure.input_bound == TWO_VERIFIERS:
-        raise ConfigError(
-            f'{where}: [secure_aggregation] input_bound = "{TWO_VERIFIERS}" (auditor {secure.auditor!r}) is '
-            f"declared but not yet available in the runtime ({DOCS_SECTION}: what remains to plug into the "
-            'round); nothing would check the bound, so the plan is refused: set input_bound = "none" and '
-            "remove auditor"
-        )

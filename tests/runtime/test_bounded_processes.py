@@ -1,0 +1,119 @@
+"""A bounded federation as processes: an aggregator, three sites and the auditor over loopback mutual TLS (issue 80).
+
+Every training round runs the bounded sum (the plan's input_bound = "two_verifiers", the manifest pinning the
+auditor); the evaluation keeps the masked round. An honest federation applies every round. A site that lies (the
+FEDFAIR_TEST_LIAR fault: its update 1.01, 2.5 or 3.5 times its bound, proven with a liar's witness) is excluded and
+named at its first round, in the aggregator's round record and by every honest site's own check of the verdict
+record, and the others' round applies, then every later one without it.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from fedfair import pki
+from fedfair.runtime.aggregator.checkpoint import read_round_log
+from fedfair.runtime.faults import LIAR_VARIABLE
+from fedfair.runtime.local.processes import FEDFAIR_COMMAND, Child, child_environment, start_collaborator
+from fedfair.runtime.local.workspace import Workspace, toml_text, write_pinned_manifest
+from fedfair.runtime.plan.input_bound import TWO_VERIFIERS
+from tests.runtime.harness import Processes, new_workspace
+
+NAMES = ("site-a", "site-b", "site-c")
+AUDITOR = "audit-co"
+ROUNDS = 2
+
+
+def bounded_workspace(root: Path) -> Workspace:
+    """The local workspace with an auditor institution, a manifest pinning it and the plan, and the mode declared.
+
+    fractional_bits 12: the workspace's declared weights (each site's batch) times update_norm, at 2^12, keep each
+    bound within the proof's field.
+    """
+    workspace = new_workspace(
+        root,
+        NAMES,
+        training={"rounds": ROUNDS, "local_steps": 1},
+        quorum={"min_collaborators": 2},
+        secure_aggregation={"fractional_bits": 12},
+    )
+    pki.issue(workspace.certs, "auditor", AUDITOR)
+    manifest = root / "manifest.toml"
+    plan = tomllib.loads(workspace.plan.read_text())
+    plan["secure_aggregation"].update(input_bound=TWO_VERIFIERS, auditor=AUDITOR)
+    plan["aggregator"]["manifest"] = str(manifest)
+    workspace.plan.write_text(toml_text(plan))
+    write_pinned_manifest(manifest, workspace.plan, workspace.certs)
+    for config in workspace.configs.values():
+        site = tomllib.loads(config.read_text())
+        site["collaborator"]["manifest"] = str(manifest)
+        config.write_text(toml_text(site))
+    return workspace
+
+
+def start_auditor(processes: Processes, workspace: Workspace) -> Child:
+    """`fedfair auditor start` with the auditor's certificate, the manifest and the aggregator's address."""
+    certs = workspace.certs
+    command = [
+        *FEDFAIR_COMMAND,
+        "auditor",
+        "start",
+        "--cert",
+        str(certs / f"{AUDITOR}.crt"),
+        "--key",
+        str(certs / f"{AUDITOR}.key"),
+        "--ca",
+        str(certs / "ca.crt"),
+        "--manifest",
+        str(workspace.root / "manifest.toml"),
+        "--aggregator",
+        workspace.address,
+        "--folder",
+        str(workspace.root / AUDITOR),
+    ]
+    child = Child(AUDITOR, command, env=child_environment(), sink=processes.log)
+    processes.children.append(child)
+    return child
+
+
+@pytest.mark.slow
+def test_an_honest_bounded_federation_applies_every_round(tmp_path: Path, processes: Processes) -> None:
+    workspace = bounded_workspace(tmp_path)
+    aggregator = processes.aggregator(workspace)
+    auditor = start_auditor(processes, workspace)
+    for name in NAMES:
+        processes.collaborator(workspace, name)
+    processes.finish(aggregator)
+    assert auditor.wait(60) == 0, processes.tail()
+    log = read_round_log(workspace.output)
+    assert [record["status"] for record in log] == ["applied"] * ROUNDS, processes.tail()
+    assert all(sorted(record["contributors"]) == list(NAMES) for record in log), log
+    assert not any(record.get("excluded") for record in log), log
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factor", [1.01, 2.5, 3.5])
+def test_a_liar_is_excluded_and_named_at_its_first_round_and_the_others_rounds_apply(
+    tmp_path: Path, processes: Processes, factor: float
+) -> None:
+    liar, honest = "site-b", ("site-a", "site-c")
+    workspace = bounded_workspace(tmp_path)
+    aggregator = processes.aggregator(workspace)
+    start_auditor(processes, workspace)
+    sites = {name: processes.collaborator(workspace, name) for name in honest}
+    lying = start_collaborator(workspace, liar, env={LIAR_VARIABLE: str(factor)}, sink=processes.log)
+    processes.children.append(lying)
+    assert aggregator.wait(300) == 0, processes.tail()
+    log = read_round_log(workspace.output)
+    assert [record["status"] for record in log] == ["applied"] * ROUNDS, processes.tail()
+    first = log[0]
+    assert sorted(first["contributors"]) == list(honest), first
+    assert list(first.get("excluded", {})) == [liar] and "norm" in first["excluded"][liar], first
+    assert all(sorted(record["contributors"]) == list(honest) for record in log[1:]), log
+    for name, site in sites.items():
+        assert site.wait(60) == 0, processes.tail()
+        said = [line for line in site.lines if f"the verdict record names {liar}" in line]
+        assert said and "round 1" in said[0], (name, processes.tail())
