@@ -38,7 +38,7 @@ def test_training_dp_without_the_mode_still_loads(federation: Path) -> None:  # 
 def test_a_bound_the_field_cannot_hold_is_refused_naming_fractional_bits(federation: Path) -> None:  # noqa: F811
     # update_norm 1 at 27 fractional bits (the masked sum's words hold them): B^2 = 2^54, beyond the 2^50 or so
     # the range tests leave room for.
-    with pytest.raises(ConfigError, match=r"does not fit the bounded round's field .* fractional_bits = 27"):
+    with pytest.raises(ConfigError, match=r"field at .* fractional_bits = 27 .*; lower fractional_bits to at most 25"):
         aggregator_plan_with(
             federation, secure_aggregation={**ON, "fractional_bits": 27}, influence={"update_norm": 1.0}
         )

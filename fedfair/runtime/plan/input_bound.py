@@ -127,12 +127,22 @@ def check_bounded_round(
             "the verifiers' Skellam noise is not yet charged by the privacy accountant, so no budget would be "
             f'spent for it; set [privacy] mode = "off", or input_bound = "none" and remove auditor ({DOCS_SECTION})'
         )
-    for weight in sorted(set(weights), reverse=True)[:1]:  # the largest weight gives the largest bound
-        try:
-            Layout(1, squared_bound(update_norm, weight, fractional_bits))
-        except ConfigError as error:
-            raise ConfigError(
-                f"{where}: a site's bound, [influence] update_norm {update_norm:g} x its weight {weight:g}, does not "
-                f"fit the bounded round's field at [secure_aggregation] fractional_bits = {fractional_bits} "
-                f"({error}); lower fractional_bits or update_norm"
-            ) from None
+    largest = max(weights, default=0.0)  # the largest weight gives the largest bound
+    if largest <= 0 or _fits(update_norm, largest, fractional_bits):
+        return
+    fitting = next((bits for bits in range(fractional_bits - 1, -1, -1) if _fits(update_norm, largest, bits)), None)
+    fix = "lower update_norm" if fitting is None else f"lower fractional_bits to at most {fitting} or update_norm"
+    raise ConfigError(
+        f"{where}: a site's bound, [influence] update_norm {update_norm:g} x its weight {largest:g}, does not fit the "
+        f"bounded round's field at [secure_aggregation] fractional_bits = {fractional_bits} (its squared bound must "
+        f"stay below about 2^50 in the encoded scale); {fix}"
+    )
+
+
+def _fits(update_norm: float, weight: float, fractional_bits: int) -> bool:
+    """Whether the proof's field holds a bound of `update_norm` x `weight` at `fractional_bits` (its :class:`Layout`)."""
+    try:
+        Layout(1, squared_bound(update_norm, weight, fractional_bits))
+    except ConfigError:
+        return False
+    return True
