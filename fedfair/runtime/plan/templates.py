@@ -221,7 +221,7 @@ max_weight = 1e6    # largest agreed weight (bounds the fixed-point range)
 # input_bound = "two_verifiers"  # every site proves its update within update_norm x its weight to
                     # two verifiers, the aggregator and `auditor`: a manifest institution (role
                     # "auditor") that neither aggregates nor trains, which a site may refuse
-                    # (docs/security.md, "Bounded inputs"). Default "none"; not yet in the runtime
+                    # (docs/security.md, "Bounded inputs"). Default "none"; no training DP with it yet
 # auditor = "audit-co"
 
 [privacy]
