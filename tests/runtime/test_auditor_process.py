@@ -29,7 +29,12 @@ from fedfair.runtime.aggregator.network import auditor_authenticator
 from fedfair.runtime.aggregator.round_identities import aggregator_setup
 from fedfair.runtime.aggregator.secure_uploads import SecureUpload
 from fedfair.runtime.aggregator.servicer import Servicer, federation_server
-from fedfair.runtime.auditor.config import AuditorConfig, auditor_config_from_flags, check_auditor_identity
+from fedfair.runtime.auditor.config import (
+    AuditorConfig,
+    auditor_config_from_flags,
+    check_auditor_identity,
+    load_auditor_config,
+)
 from fedfair.runtime.auditor.process import AuditorProcess
 from fedfair.runtime.collaborator.bounded_steps import bounded_encoding
 from fedfair.runtime.collaborator.retries import RetryPolicy
@@ -269,3 +274,24 @@ def test_local_checks_name_the_certificate_and_the_manifest(federation: Path) ->
         check_auditor_identity(unlisted)
     with pytest.raises(ConfigError, match="--aggregator 'nowhere': expected host:port"):
         auditor_config(federation, "nowhere")
+
+
+def test_its_file_names_its_files_as_a_collaborators_does_and_refuses_unknown_keys(federation: Path) -> None:  # noqa: F811
+    folder = federation / AUDITOR
+    (folder / "auditor.toml").write_text(
+        f'[auditor]\nname = "{AUDITOR}"\naggregator = "127.0.0.1:9"\nmanifest = "../manifest.toml"\n'
+        f'[certificates]\ndir = "../ca"\nkey = "../{AUDITOR}/{AUDITOR}.key"\n'
+    )
+    config = load_auditor_config(folder / "auditor.toml")
+    assert config.certificates == TlsFiles(
+        federation / "ca" / "ca.crt", federation / "ca" / f"{AUDITOR}.crt", folder / f"{AUDITOR}.key"
+    )
+    assert (config.folder, config.aggregator_name, config.manifest.source) == (
+        folder,
+        "aggregator",
+        federation / "manifest.toml",
+    )
+    check_auditor_identity(config)
+    (folder / "auditor.toml").write_text('[auditor]\nname = "audit-co"\naggregator = "127.0.0.1:9"\nmanifests = "m"\n')
+    with pytest.raises(ConfigError, match="manifests"):
+        load_auditor_config(folder / "auditor.toml")
