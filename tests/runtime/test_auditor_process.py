@@ -234,6 +234,8 @@ def test_the_command_line_refuses_bad_input_naming_the_fix(
         return capsys.readouterr().err
 
     files = [
+        "--folder",
+        str(federation / "logs"),
         "--cert",
         str(federation / "ca" / f"{AUDITOR}.crt"),
         "--key",
@@ -245,7 +247,7 @@ def test_the_command_line_refuses_bad_input_naming_the_fix(
     ]
     said = start(*files[:-2])
     assert "missing --aggregator: give them, or --config auditor.toml" in said
-    said = start("--cert", str(federation / "nowhere.crt"), *files[2:])
+    said = start(*files[:2], "--cert", str(federation / "nowhere.crt"), *files[4:])
     assert "--cert " in said and "nowhere.crt: no such file" in said
     # A collaborator's certificate is not an auditor's.
     site = [
@@ -254,10 +256,10 @@ def test_the_command_line_refuses_bad_input_naming_the_fix(
         "--key",
         str(federation / "hospital-a" / "hospital-a.key"),
     ]
-    said = start(*site, *files[4:])
+    said = start(*files[:2], *site, *files[6:])
     assert "the auditor's TLS files are unusable" in said and "not issued for the auditor role" in said
     assert "--role auditor" in said
-    said = start("--config", str(federation / "auditor.toml"), *files)
+    said = start("--config", str(federation / "auditor.toml"), *files[2:])
     assert "give --config or the flags, not both" in said
 
 
