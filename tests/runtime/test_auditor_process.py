@@ -11,8 +11,11 @@ refuse with clear errors.
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -29,7 +32,12 @@ from fedfair.runtime.aggregator.network import auditor_authenticator
 from fedfair.runtime.aggregator.round_identities import aggregator_setup
 from fedfair.runtime.aggregator.secure_uploads import SecureUpload
 from fedfair.runtime.aggregator.servicer import Servicer, federation_server
-from fedfair.runtime.auditor.config import AuditorConfig, auditor_config_from_flags, check_auditor_identity
+from fedfair.runtime.auditor.config import (
+    AuditorConfig,
+    auditor_config_from_flags,
+    check_auditor_identity,
+    load_auditor_config,
+)
 from fedfair.runtime.auditor.process import AuditorProcess
 from fedfair.runtime.collaborator.bounded_steps import bounded_encoding
 from fedfair.runtime.collaborator.retries import RetryPolicy
@@ -183,6 +191,27 @@ def test_the_auditor_process_serves_a_bounded_rounds_auditor_stages(
     assert outcome == [0]
 
 
+@contextmanager
+def serving(folder: Path, loaded: plan.AggregatorPlan, auditor: str) -> Iterator[str]:
+    """An aggregator's service that admits `auditor` (as if its plan named it) but serves `loaded`: its address."""
+    ca = folder / "ca"
+    ca_certificate = load_certificate(ca / "ca.crt")
+    board, gate = Board(plan.plan_digest(loaded)), StageGate(loaded.federation_id)
+    gate.open(0, pb.STAGE_JOIN)
+    admits = PeerAuthenticator(ca_certificate, (auditor,), "auditor")
+    collaborators = PeerAuthenticator(ca_certificate, COLLABORATORS)
+    servicer = Servicer(board, gate, collaborators, plan.shared_settings(loaded), auditor=admits)
+    server = federation_server(servicer, len(COLLABORATORS), server_options())
+    files = TlsFiles(ca / "ca.crt", ca / "aggregator.crt", ca / "aggregator.key")
+    port = server.add_secure_port("127.0.0.1:0", server_credentials(files))
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        board.close()
+        server.stop(grace=None).wait()
+
+
 def test_a_plan_that_does_not_name_the_auditor_is_refused(bounded: Federation) -> None:  # noqa: F811
     other = bounded.folder / "other-audit"
     _, request = store.request_certificate(other, "other-audit", "auditor")
@@ -191,27 +220,10 @@ def test_a_plan_that_does_not_name_the_auditor_is_refused(bounded: Federation) -
     both = bounded.folder / "two-auditors.toml"
     write_manifest(both, Roster("fedfair-demo", tuple(pins_from_folders([bounded.folder / "ca"])), 0, 2))
     loaded = dataclasses.replace(bounded.loaded, manifest=load_manifest(both))
-    ca_certificate = load_certificate(bounded.folder / "ca" / "ca.crt")
-    board, gate = Board(plan.plan_digest(loaded)), StageGate(loaded.federation_id)
-    gate.open(0, pb.STAGE_JOIN)
-    # An aggregator that admits it (as if its plan named it) but serves the plan that names audit-co.
-    admits = PeerAuthenticator(ca_certificate, ("other-audit",), "auditor")
-    servicer = Servicer(
-        board, gate, PeerAuthenticator(ca_certificate, COLLABORATORS), plan.shared_settings(loaded), auditor=admits
-    )
-    server = federation_server(servicer, len(COLLABORATORS), server_options())
-    ca = bounded.folder / "ca"
-    port = server.add_secure_port(
-        "127.0.0.1:0", server_credentials(TlsFiles(ca / "ca.crt", ca / "aggregator.crt", ca / "aggregator.key"))
-    )
-    server.start()
-    try:
-        config = auditor_config(bounded.folder, f"127.0.0.1:{port}", "other-audit")
+    with serving(bounded.folder, loaded, "other-audit") as address:
+        config = auditor_config(bounded.folder, address, "other-audit")
         _, thread, outcome = started(dataclasses.replace(config, manifest=loaded.manifest))
         thread.join(30.0)
-    finally:
-        board.close()
-        server.stop(grace=None).wait()
     (error,) = outcome
     assert isinstance(error, PermanentFailureError) and error.failure is PLAN_MISMATCH
     assert "it names 'audit-co' as its auditor, not 'other-audit'" in str(error)
@@ -229,6 +241,8 @@ def test_the_command_line_refuses_bad_input_naming_the_fix(
         return capsys.readouterr().err
 
     files = [
+        "--folder",
+        str(federation / "logs"),
         "--cert",
         str(federation / "ca" / f"{AUDITOR}.crt"),
         "--key",
@@ -240,7 +254,7 @@ def test_the_command_line_refuses_bad_input_naming_the_fix(
     ]
     said = start(*files[:-2])
     assert "missing --aggregator: give them, or --config auditor.toml" in said
-    said = start("--cert", str(federation / "nowhere.crt"), *files[2:])
+    said = start(*files[:2], "--cert", str(federation / "nowhere.crt"), *files[4:])
     assert "--cert " in said and "nowhere.crt: no such file" in said
     # A collaborator's certificate is not an auditor's.
     site = [
@@ -249,10 +263,10 @@ def test_the_command_line_refuses_bad_input_naming_the_fix(
         "--key",
         str(federation / "hospital-a" / "hospital-a.key"),
     ]
-    said = start(*site, *files[4:])
+    said = start(*files[:2], *site, *files[6:])
     assert "the auditor's TLS files are unusable" in said and "not issued for the auditor role" in said
     assert "--role auditor" in said
-    said = start("--config", str(federation / "auditor.toml"), *files)
+    said = start("--config", str(federation / "auditor.toml"), *files[2:])
     assert "give --config or the flags, not both" in said
 
 
@@ -269,3 +283,44 @@ def test_local_checks_name_the_certificate_and_the_manifest(federation: Path) ->
         check_auditor_identity(unlisted)
     with pytest.raises(ConfigError, match="--aggregator 'nowhere': expected host:port"):
         auditor_config(federation, "nowhere")
+
+
+def test_its_file_names_its_files_as_a_collaborators_does_and_refuses_unknown_keys(federation: Path) -> None:  # noqa: F811
+    folder = federation / AUDITOR
+    (folder / "auditor.toml").write_text(
+        f'[auditor]\nname = "{AUDITOR}"\naggregator = "127.0.0.1:9"\nmanifest = "../manifest.toml"\n'
+        f'[certificates]\ndir = "../ca"\nkey = "../{AUDITOR}/{AUDITOR}.key"\n'
+    )
+    config = load_auditor_config(folder / "auditor.toml")
+    assert config.certificates == TlsFiles(
+        federation / "ca" / "ca.crt", federation / "ca" / f"{AUDITOR}.crt", folder / f"{AUDITOR}.key"
+    )
+    assert (config.folder, config.aggregator_name, config.manifest.source) == (
+        folder,
+        "aggregator",
+        federation / "manifest.toml",
+    )
+    check_auditor_identity(config)
+    (folder / "auditor.toml").write_text('[auditor]\nname = "audit-co"\naggregator = "127.0.0.1:9"\nmanifests = "m"\n')
+    with pytest.raises(ConfigError, match="manifests"):
+        load_auditor_config(folder / "auditor.toml")
+
+
+def test_the_process_exits_as_a_site_refusing_a_plan_when_the_plan_bounds_no_input(
+    bounded: Federation,  # noqa: F811
+) -> None:
+    secure = dataclasses.replace(bounded.loaded.secure_aggregation, input_bound="none", auditor=None)
+    unbounded = dataclasses.replace(bounded.loaded, secure_aggregation=secure)
+    folder = bounded.folder
+    with serving(folder, unbounded, AUDITOR) as address:
+        command = [sys.executable, "-m", "fedfair.cli", "auditor", "start", "--aggregator", address]
+        command += ["--cert", str(folder / "ca" / f"{AUDITOR}.crt"), "--key", str(folder / AUDITOR / f"{AUDITOR}.key")]
+        command += ["--manifest", str(folder / "manifest.toml"), "--folder", str(folder / "logs")]
+        finished = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    # A plan-mismatch, as a collaborator's refused plan: the status of every FedfairError (2), one line naming why.
+    assert finished.returncode == 2, finished.stderr
+    said = finished.stderr.strip().splitlines()[-1]
+    assert said.startswith("fedfair: error: plan-mismatch: the aggregator's plan does not fit ")
+    assert ": it declares no input bound, not 'audit-co'; an auditor verifies only for a plan that names it" in said
+    assert f'auditor = "{AUDITOR}"' in said
+    assert (folder / "logs" / f"{AUDITOR}.log").is_file()

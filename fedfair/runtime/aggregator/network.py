@@ -104,7 +104,9 @@ def serve(plan: AggregatorPlan, digest: str, address: str | None = None, events:
     if auditor is not None:
         board.verifiers = auditor.allowed_names
     servicer = Servicer(board, gate, authenticator, shared_settings(plan), events=events, auditor=auditor)
-    grpc_server = federation_server(servicer, len(plan.collaborators), server_options() + SERVER_KEEPALIVE)
+    # Every admitted name at its limits: the collaborators, and the auditor's task stream, fetches and uploads.
+    names = len(plan.collaborators) + (0 if auditor is None else 1)
+    grpc_server = federation_server(servicer, names, server_options() + SERVER_KEEPALIVE)
     target = address or plan.aggregator.address
     try:
         port = grpc_server.add_secure_port(target, server_credentials(files))
