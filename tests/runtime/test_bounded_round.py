@@ -23,13 +23,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from cryptography.hazmat.primitives import serialization
 
-from fedfair.core.errors import Refusal, RefusedError, VerificationError, VerifyReason
+from fedfair.core.errors import ConfigError, Refusal, RefusedError, VerificationError, VerifyReason
 from fedfair.pki import load_certificate, load_private_key
 from fedfair.runtime import manifest as manifests
 from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
 from fedfair.runtime.aggregator.round_identities import RoundIdentities, aggregator_setup
 from fedfair.runtime.aggregator.secure_uploads import SecureUpload
 from fedfair.runtime.collaborator.bounded_steps import bounded_encoding
+from fedfair.runtime.collaborator.chain import ModelChain
 from fedfair.runtime.collaborator.stage_steps import STEPS
 from fedfair.runtime.collaborator.steps import Participant, Work
 from fedfair.runtime.collaborator.uplink import input_limit
@@ -53,7 +54,7 @@ from fedfair.secagg.bounded.messages import ShareOpening, SignedRoundKey
 from fedfair.secagg.bounded.parameters import round_parameters
 from fedfair.secagg.bounded.simulate import simulate_bounded_round
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND, BoundedStage
-from fedfair.secagg.round import Opening
+from fedfair.secagg.round import Opening, RoundSetup
 from tests.runtime.test_input_bound import AUDITOR, declared, federation  # noqa: F401 (the fixture)
 from tests.runtime.test_manifest import COLLABORATORS, aggregator_plan_with
 from tests.runtime.test_plan import aggregator_plan
@@ -326,3 +327,17 @@ def test_a_verdict_record_at_ten_thousand_parameters_is_within_what_a_site_reads
     assert trace.record_bytes <= input_limit(task, sites, parameters, 0)
     # Not the secure stages' flat cap: the record outgrows it with d (10.7 MB at d = 10^6, n = 10).
     assert input_limit(task, sites, 10**6, 0) > 10.7e6
+
+
+def test_under_the_mode_a_site_keeps_no_model_chain_and_the_auditor_is_named_by_the_setup(
+    bounded: Federation,
+) -> None:
+    """No site receives the bounded total, so none could check a model after round 1 (the masked round's does)."""
+    me = bounded.sites["hospital-a"]
+    assert not me.chain.active
+    masked = dataclasses.replace(me.shared.secure_aggregation, input_bound="none", auditor=None)
+    assert ModelChain("hospital-a", dataclasses.replace(me.shared, secure_aggregation=masked)).active
+    parameters = bounded.parameters()
+    config = parameters.secagg_config(bounded.loaded.federation_id, BOUNDED_TRAINING)
+    with pytest.raises(ConfigError, match="has an auditor: name it in the round's setup"):
+        BOUNDED_ROUND.names(config, RoundSetup(bounded.driver.verify))
