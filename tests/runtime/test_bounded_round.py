@@ -149,14 +149,20 @@ def run_round(
     liar: str | None = None,
     factor: float = 2.5,
     record: Any = None,
+    auditor: Any = None,
+    lost: str | None = None,
 ) -> Outcome:
-    """Round 1, stage by stage as the driver runs it; `liar` lies at `factor`; `record` may alter the record sent."""
+    """Round 1, stage by stage as the driver runs it; `liar` lies at `factor`; `record` may alter the record sent.
+
+    `auditor(spec, inputs)` makes the auditor's uploads (default: its state derived here); `lost`'s SHARE upload
+    never reaches the aggregator (it is absent).
+    """
     parameters = bounded.parameters()
     config = parameters.secagg_config(bounded.loaded.federation_id, BOUNDED_TRAINING)
     setup = aggregator_setup(bounded.held, bounded.driver.verify, parameters, BOUNDED_TRAINING)
     server = BOUNDED_ROUND.server(config, setup)
     names = BOUNDED_ROUND.names(config, setup)
-    auditor = auditor_of(bounded, parameters, config)
+    state = auditor_of(bounded, parameters, config)
     updates, works = {}, {}
     rng = np.random.default_rng(7)
     for name, me in bounded.sites.items():
@@ -179,9 +185,13 @@ def run_round(
             assert len(inputs) <= input_limit(task, len(COLLABORATORS), PARAMETERS, 0), pb.Stage.Name(wire)
         for party in opening.among:
             name = names.name_of(party)
-            if party == AUDITOR_PARTY:
+            if party == AUDITOR_PARTY and auditor is not None:
+                upload = auditor(spec, inputs)
+                if upload is None:  # it withdrew
+                    continue
+            elif party == AUDITOR_PARTY:
                 received = None if spec.received is None else spec.received(inputs)
-                upload = spec.step(auditor, received, lambda: None).to_bytes()
+                upload = spec.step(state, received, lambda: None).to_bytes()
             else:
                 with monkeypatch.context() as lying:
                     if name == liar:
@@ -193,6 +203,8 @@ def run_round(
                         continue
             if spec.upload is None:
                 verdicts[name] = bytes(upload)
+                continue
+            if name == lost and spec.stage is BoundedStage.SHARE:
                 continue
             assert spec.receive is not None
             SecureUpload(spec.upload, partial(spec.receive, server)).handler(names)(name, upload)

@@ -52,6 +52,8 @@ class AuditorRounds:
         """The round in progress (None before its AUDITOR_KEY, and once it was left)."""
         self.verified: list[int] = []
         """The rounds whose TOTAL the auditor uploaded: it decided every site of them."""
+        self.totalled: dict[int, frozenset[str]] = {}
+        """Round -> the sites its first total covered: a round run again is totalled over the same sites or not at all."""
 
     def input_limit(self, binding: pb.Binding) -> int:
         """The most bytes the input of `binding`'s stage may hold: the parameters' limit, then the round's largest."""
@@ -79,11 +81,28 @@ class AuditorRounds:
                 raise ProtocolError(f"round {binding.round}'s auditor never made its round key: {spec.unready}")
             assert spec.received is not None  # every auditor stage but the first carries the aggregator's message
             received = spec.received(inputs)
-        upload = spec.step(self.current.auditor, received, _not_asked).to_bytes()
+        message = spec.step(self.current.auditor, received, _not_asked)
         if spec.stage is BoundedStage.TOTAL:
+            self._check_rerun(binding.round, frozenset(map(self.current.config.name_of, message.accepted)))
             self.verified.append(binding.round)
             self.current = None
-        return bytes(upload)
+        return bytes(message.to_bytes())
+
+    def _check_rerun(self, round_number: int, accepted: frozenset[str]) -> None:
+        """Withhold a total of a round run again over other sites than its first total (ProtocolError).
+
+        A round the aggregator runs again (it restarted) is sent each site's kept input again; two totals of the same
+        inputs over different sites would let it subtract one site's input, as two masked sums over different
+        survivors would. Withheld, the round aborts and nothing is learnt.
+        """
+        first = self.totalled.setdefault(round_number, accepted)
+        if first != accepted:
+            self.current = None
+            raise ProtocolError(
+                f"round {round_number} was totalled before over {', '.join(sorted(first))}; a total over "
+                f"{', '.join(sorted(accepted)) or 'no site'} of the same inputs would let the two be subtracted, so "
+                "this auditor withholds it"
+            )
 
     def leave(self, round_number: int) -> None:
         """Forget round `round_number` (aborted, or left): its keys go with it."""

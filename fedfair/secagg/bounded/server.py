@@ -130,7 +130,12 @@ class BoundedServer:
         self._result = self._leader.finish(total)
 
     def send_record(self) -> Opening:
-        """Close TOTAL: every present site is sent the signed verdict record."""
+        """Close TOTAL: every present site is sent the signed verdict record, once the sum is made.
+
+        Without the auditor's total there is no sum, so no site is asked to decide on one (ProtocolError).
+        """
+        if self._result is None:
+            raise ProtocolError("the auditor's total has not arrived: no site decides on a round without its sum")
         self._record = self._leader.record().to_bytes(self.context)
         return Opening(self._leader.present, Encoded(self._record))
 
