@@ -300,6 +300,7 @@ class RoundLoop:
             checkpoint_round=self._saved_round,
             output=self.output,
             events=self.events,
+            auditor=self.plan.secure_aggregation.auditor if round_number > STATISTICS_ROUND else None,
         )
 
     def _saved_round(self) -> int | None:
