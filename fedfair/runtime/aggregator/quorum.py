@@ -7,11 +7,8 @@ timeout. A wait that would end short of the quorum goes on while a collaborator 
 is starting, for as long as a start is allowed (:mod:`fedfair.runtime.aggregator.starts`: the longest of
 120 s, the round timeout and three times the longest start measured in this process): a restarted
 site rejoins however long its start takes on a loaded machine. :class:`~fedfair.core.errors.QuorumError`
-carries advice that depends on whether a checkpoint exists.
-
-A bounded round (``input_bound = "two_verifiers"``) also waits for the plan's auditor (:func:`wait_for_auditor`),
-under the same deadlines: a round opened without it would close its AUDITOR_KEY stage at once and abort, so an
-auditor started after the sites would cost the federation rounds.
+carries advice that depends on whether a checkpoint exists. A bounded round first waits for the plan's auditor
+under the same deadlines (:func:`wait_for_auditor`): opened without it, the round would abort at once.
 """
 
 from __future__ import annotations
