@@ -5,7 +5,8 @@ auditor); the evaluation keeps the masked round. An honest federation applies ev
 FEDFAIR_TEST_LIAR fault: its update 1.01, 2.5 or 3.5 times its bound, proven with a liar's witness) is excluded and
 named at its first round, in the aggregator's round record and by every honest site's own check of the verdict
 record, and the others' round applies, then every later one without it. An auditor started after the sites costs
-no round: the aggregator waits for it as for its quorum.
+no round: the aggregator waits for it as for its quorum. A round's record keeps the digest of its verdict record,
+which each honest site logs beside the liar it names.
 """
 
 from __future__ import annotations
@@ -132,7 +133,10 @@ def test_a_liar_is_excluded_and_named_at_its_first_round_and_the_others_rounds_a
     assert sorted(first["contributors"]) == list(honest), first
     assert list(first.get("excluded", {})) == [liar] and "norm" in first["excluded"][liar], first
     assert all(sorted(record["contributors"]) == list(honest) for record in log[1:]), log
+    # The round's record keeps the digest of the verdict record that proved the liar, as every site received it.
+    digest = first["verdict_record_sha256"]
+    assert len(digest) == 64, first
     for name, site in sites.items():
         assert site.wait(60) == 0, processes.tail()
         said = [line for line in site.lines if f"the verdict record names {liar}" in line]
-        assert said and "round 1" in said[0], (name, processes.tail())
+        assert said and "round 1" in said[0] and f"sha256 {digest}" in said[0], (name, processes.tail())
