@@ -9,7 +9,7 @@ Why: docs/design.md, "Inside the runtime's shared modules".
 
 from __future__ import annotations
 
-from fedfair.core.errors import FailureClass
+from fedfair.core.errors import FailureClass, PermanentFailureError
 
 EXIT_INCOMPLETE = 3
 """The exit status of a process whose federation finished with a model from fewer rounds than planned:
@@ -164,9 +164,16 @@ FEDERATION_MISMATCH = FailureClass(
 PLAN_MISMATCH = FailureClass(
     "plan-mismatch",
     False,
-    "the aggregator's plan does not fit this collaborator: {reason}",
+    "the aggregator's plan does not fit this {role}: {reason}",
     "ask the operator which fedfair version and manifest the federation uses, and use the same",
 )
+
+
+def plan_mismatch(role: str, reason: object) -> PermanentFailureError:
+    """The ``plan-mismatch`` failure of a process of `role` ("collaborator", "auditor") refusing the plan for `reason`."""
+    return PermanentFailureError(PLAN_MISMATCH, role=role, reason=reason)
+
+
 PLAN_CHANGED = FailureClass(
     "plan-changed",
     False,

@@ -97,6 +97,7 @@ def test_a_site_that_accepts_the_auditor_consents_and_one_without_a_manifest_is_
     # Without a manifest nothing pins who the auditor is.
     error = joined(site(tmp_path / "b", None), served(federation))
     assert error.failure is PLAN_MISMATCH and "an institution only a manifest can pin" in str(error)
+    assert "the aggregator's plan does not fit this collaborator: it names" in str(error)
 
 
 @pytest.mark.parametrize(
@@ -126,7 +127,9 @@ def test_the_refusal_exits_with_its_own_status(
             self.config = config
 
         def run(self) -> int:
-            raise PermanentFailureError(failure, auditor=AUDITOR, config=self.config.source, reason="a reason")
+            raise PermanentFailureError(
+                failure, auditor=AUDITOR, config=self.config.source, role="collaborator", reason="a reason"
+            )
 
     monkeypatch.setattr(client, "Collaborator", Refusing)
     # The root logger stays pytest's: a console handler bound to this test's stderr would outlive it, and one

@@ -226,7 +226,7 @@ def test_a_plan_that_does_not_name_the_auditor_is_refused(bounded: Federation) -
         thread.join(30.0)
     (error,) = outcome
     assert isinstance(error, PermanentFailureError) and error.failure is PLAN_MISMATCH
-    assert "it names 'audit-co' as its auditor, not 'other-audit'" in str(error)
+    assert "plan does not fit this auditor: it names 'audit-co' as its auditor, not 'other-audit'" in str(error)
     assert 'input_bound = "two_verifiers", auditor = "other-audit"' in str(error)
 
 

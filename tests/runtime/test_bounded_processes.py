@@ -4,7 +4,9 @@ Every training round runs the bounded sum (the plan's input_bound = "two_verifie
 auditor); the evaluation keeps the masked round. An honest federation applies every round. A site that lies (the
 FEDFAIR_TEST_LIAR fault: its update 1.01, 2.5 or 3.5 times its bound, proven with a liar's witness) is excluded and
 named at its first round, in the aggregator's round record and by every honest site's own check of the verdict
-record, and the others' round applies, then every later one without it.
+record, and the others' round applies, then every later one without it. An auditor started after the sites costs
+no round: the aggregator waits for it as for its quorum. A round's record keeps the digest of its verdict record,
+which each honest site logs beside the liar it names.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from fedfair.runtime.faults import LIAR_VARIABLE
 from fedfair.runtime.local.processes import FEDFAIR_COMMAND, Child, child_environment, start_collaborator
 from fedfair.runtime.local.workspace import Workspace, toml_text, write_pinned_manifest
 from fedfair.runtime.plan.input_bound import TWO_VERIFIERS
-from tests.runtime.harness import Processes, new_workspace
+from tests.runtime.harness import Processes, eventually, new_workspace
 
 NAMES = ("site-a", "site-b", "site-c")
 AUDITOR = "audit-co"
@@ -95,6 +97,24 @@ def test_an_honest_bounded_federation_applies_every_round(tmp_path: Path, proces
 
 
 @pytest.mark.slow
+def test_an_auditor_started_after_the_sites_costs_no_round(tmp_path: Path, processes: Processes) -> None:
+    workspace = bounded_workspace(tmp_path)
+    aggregator = processes.aggregator(workspace)
+    for name in NAMES:
+        processes.collaborator(workspace, name)
+    # The aggregator says it waits for the auditor (a report every WAIT_REPORT_SECONDS) before the auditor starts.
+    assert eventually(lambda: any("waiting for the auditor" in line for line in aggregator.lines), 120), (
+        processes.tail()
+    )
+    auditor = start_auditor(processes, workspace)
+    processes.finish(aggregator)
+    assert auditor.wait(60) == 0, processes.tail()
+    log = read_round_log(workspace.output)
+    assert [record["status"] for record in log] == ["applied"] * ROUNDS, processes.tail()
+    assert all(sorted(record["contributors"]) == list(NAMES) for record in log), log
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("factor", [1.01, 2.5, 3.5])
 def test_a_liar_is_excluded_and_named_at_its_first_round_and_the_others_rounds_apply(
     tmp_path: Path, processes: Processes, factor: float
@@ -113,7 +133,10 @@ def test_a_liar_is_excluded_and_named_at_its_first_round_and_the_others_rounds_a
     assert sorted(first["contributors"]) == list(honest), first
     assert list(first.get("excluded", {})) == [liar] and "norm" in first["excluded"][liar], first
     assert all(sorted(record["contributors"]) == list(honest) for record in log[1:]), log
+    # The round's record keeps the digest of the verdict record that proved the liar, as every site received it.
+    digest = first["verdict_record_sha256"]
+    assert len(digest) == 64, first
     for name, site in sites.items():
         assert site.wait(60) == 0, processes.tail()
         said = [line for line in site.lines if f"the verdict record names {liar}" in line]
-        assert said and "round 1" in said[0], (name, processes.tail())
+        assert said and "round 1" in said[0] and f"sha256 {digest}" in said[0], (name, processes.tail())

@@ -3,16 +3,18 @@
 An aggregator that restarts runs its round again, and every site sends its kept input again. Two totals of those
 inputs over different sites (one site's part dropped in one run) would differ by that site's input, so the auditor
 withholds the second total (:meth:`AuditorRounds._check_rerun`); the aggregator then has no sum, and no site is
-asked to decide on one. A run again over the same sites is totalled again: its sum tells nothing new.
+asked to decide on one. A run again over the same sites is totalled again: its sum tells nothing new. The first
+total's sites are kept in the auditor's folder, so an auditor restarted between the two runs withholds it too.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from fedfair.core.errors import ProtocolError
+from fedfair.core.errors import ConfigError, ProtocolError
 from fedfair.runtime.contract import ACCEPTED
 from fedfair.secagg.round import StageSpec
 from tests.runtime.test_auditor_rounds import at, rounds_of
@@ -38,6 +40,43 @@ def test_a_round_run_again_over_other_sites_gets_no_total(
     with pytest.raises(ProtocolError, match="round 1 was totalled before over hospital-a, hospital-b, hospital-c"):
         run_round(bounded, monkeypatch, auditor=auditor, lost="hospital-b")
     assert rounds.verified == [1, 1] and rounds.current is None
+
+
+def test_a_restarted_auditor_still_withholds_a_total_over_other_sites(
+    bounded: Federation,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    before = rounds_of(bounded)
+    first = run_round(bounded, monkeypatch, auditor=lambda spec, inputs: before.step(at(spec.stage), inputs))
+    in_sum(first, COLLABORATORS)
+    restarted = rounds_of(bounded)  # a new process over the same folder: nothing of `before` in memory
+    assert restarted.verified == []
+
+    def auditor(spec: StageSpec, inputs: bytes) -> Any:
+        return restarted.step(at(spec.stage), inputs)
+
+    with pytest.raises(ProtocolError, match="round 1 was totalled before over hospital-a, hospital-b, hospital-c"):
+        run_round(bounded, monkeypatch, auditor=auditor, lost="hospital-b")
+    in_sum(run_round(bounded, monkeypatch, auditor=auditor), COLLABORATORS)  # the same sites: totalled again
+
+
+def test_the_kept_totals_name_the_federation_round_model_and_sites(
+    bounded: Federation,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rounds = rounds_of(bounded)
+    run_round(bounded, monkeypatch, auditor=lambda spec, inputs: rounds.step(at(spec.stage), inputs))
+    [kept] = json.loads(rounds.totals.path.read_text())
+    assert kept["federation_id"] == rounds.shared.federation_id and kept["round"] == 1, kept
+    assert kept["sites"] == sorted(COLLABORATORS) and len(kept["model"]) == 64, kept
+
+
+def test_a_damaged_totals_file_stops_the_auditor_naming_it(bounded: Federation) -> None:  # noqa: F811
+    path = rounds_of(bounded).totals.path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('[{"round": 1}]')
+    with pytest.raises(ConfigError, match=f"{path}: not a list of totalled rounds .*restore it from a backup"):
+        rounds_of(bounded)
 
 
 def test_without_the_auditors_total_no_site_is_asked_to_decide(

@@ -32,6 +32,7 @@ def test_every_message_starts_with_its_id_and_ends_with_a_fix(failure: FailureCl
     facts = {
         "address": "a:1",
         "reason": "r",
+        "role": "collaborator",
         "what": "w",
         "seconds": 1,
         "ca": "ca",

@@ -146,6 +146,11 @@ class Board:
             self._changed.wait_for(lambda: self._closed or len(present()) >= count, timeout=timeout)
             return present()
 
+    def wait_for_follower(self, peer: str, timeout: float) -> bool:
+        """Wait until `peer` (a :attr:`verifiers` peer too) holds a task stream, the board closes or `timeout` passes."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._closed or peer in self._streams, timeout=timeout)
+
     def wait_until_alone(self, timeout: float) -> None:
         """Wait until no task stream is open (or `timeout` passes)."""
         with self._changed:

@@ -40,6 +40,8 @@ class SumOutcome:
     """Collaborators to exclude from later rounds, with why (see :meth:`SumDriver._named`)."""
     noise_std: float = 0.0
     """The standard deviation of each coordinate's distributed DP noise in `weighted_sum` (0: exact)."""
+    verdict_record_sha256: str = ""
+    """SHA-256 (hex) of the bounded sum's signed verdict record as every site was sent it ("": no bounded sum)."""
 
 
 def decode_plain(payload: bytes, dimension: int, encoding: EncodingConfig, stage: pb.Stage) -> tuple[np.ndarray, float]:

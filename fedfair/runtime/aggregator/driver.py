@@ -12,6 +12,7 @@ Why: docs/design.md, "Inside the aggregator".
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Mapping
@@ -43,6 +44,7 @@ from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.runtime.transport.chunks import plain_rounding, plain_upload_size
 from fedfair.secagg import EncodingConfig, SecAggConfig
+from fedfair.secagg.bounded.server import BoundedServer
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.round import Opening, PartyNames, SecureSum, StageSpec
 from fedfair.secagg.wire import Stage as SecAggStage
@@ -304,6 +306,8 @@ class SumDriver:
             # Whoever the protocol could prove misbehaved is named, even when the round is void.
             raise RoundAbortedError(str(error), self._named(round_number, config, server)) from None
         outcome.culprits = self._named(round_number, config, server)
+        if isinstance(server, BoundedServer):  # the evidence a site can later show for whom the record names
+            outcome.verdict_record_sha256 = hashlib.sha256(server.record).hexdigest()
         outcome.weighted_sum = result.decoded.weighted_sum
         outcome.total_weight = result.decoded.total_weight
         outcome.error_bound = result.decoded.error_bound

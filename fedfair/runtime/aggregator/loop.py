@@ -300,6 +300,7 @@ class RoundLoop:
             checkpoint_round=self._saved_round,
             output=self.output,
             events=self.events,
+            auditor=self.plan.secure_aggregation.auditor if round_number > STATISTICS_ROUND else None,
         )
 
     def _saved_round(self) -> int | None:
@@ -396,6 +397,8 @@ class RoundLoop:
             # The aggregator process's CPU for the round (every thread of it: gRPC's, the driver's).
             cpu_seconds=time.process_time() - started_cpu,
         )
+        if outcome.verdict_record_sha256:  # what a liar named in `excluded` was proven by, as each site received it
+            record["verdict_record_sha256"] = outcome.verdict_record_sha256
         logger.info(
             "round %d applied: %d of %d participants contributed, total weight %.6g, c = %.5f (%.2f s)",
             round_number,

@@ -7,7 +7,8 @@ timeout. A wait that would end short of the quorum goes on while a collaborator 
 is starting, for as long as a start is allowed (:mod:`fedfair.runtime.aggregator.starts`: the longest of
 120 s, the round timeout and three times the longest start measured in this process): a restarted
 site rejoins however long its start takes on a loaded machine. :class:`~fedfair.core.errors.QuorumError`
-carries advice that depends on whether a checkpoint exists.
+carries advice that depends on whether a checkpoint exists. A bounded round first waits for the plan's auditor
+under the same deadlines (:func:`wait_for_auditor`): opened without it, the round would abort at once.
 """
 
 from __future__ import annotations
@@ -168,6 +169,7 @@ def participants(
     checkpoint_round: Callable[[], int | None],
     output: Path,
     events: EventLog | None = None,
+    auditor: str | None = None,
 ) -> frozenset[str]:
     """Who takes part in round `round_number`.
 
@@ -175,8 +177,9 @@ def participants(
 
     With `wait_for_everyone` (the first round of a process) it waits for the quorum under the start-up
     rules (`startup_timeout` seconds, 0: no deadline), then for the rest up to the round timeout; later
-    rounds wait up to the round timeout for the quorum and start with whoever is there. The ``round_start``
-    event to `events` says the wait is over.
+    rounds wait up to the round timeout for the quorum and start with whoever is there. A bounded round's
+    `auditor` (None: the round has none) is waited for first, under the same deadline as the quorum
+    (:func:`wait_for_auditor`). The ``round_start`` event to `events` says the wait is over.
     """
     eligible = collaborators - excluded.keys()
     if len(eligible) < quorum.min_collaborators:
@@ -200,6 +203,9 @@ def participants(
             events=events,
         )
 
+    if auditor is not None:
+        timeout = (startup_timeout or None) if wait_for_everyone else quorum.round_timeout_seconds
+        wait_for_auditor(board, auditor, round_number, timeout, quorum.round_timeout_seconds, events)
     if wait_for_everyone:
         wait(quorum.min_collaborators, startup_timeout or None, "the quorum")
         connected = wait(len(eligible), quorum.round_timeout_seconds, "everyone")
@@ -217,3 +223,63 @@ def participants(
     if events is not None:
         events.emit("round_start", round=round_number, participants=sorted(connected))
     return connected
+
+
+def wait_for_auditor(
+    board: Board,
+    auditor: str,
+    round_number: int,
+    timeout: float | None,
+    round_timeout: float,
+    events: EventLog | None = None,
+) -> None:
+    """Wait until the plan's `auditor` holds a task stream, naming it every WAIT_REPORT_SECONDS.
+
+    `timeout` bounds the wait (None: no deadline), as the quorum wait of the same round is bounded; while the
+    auditor is starting again (its stream ended in this process) the wait goes on up to its start allowance, as
+    for a restarting collaborator. Each time it names the auditor it writes a ``waiting`` event to `events`.
+
+    Raises:
+        QuorumError: NOT_REACHED, naming the auditor and the command that starts it, when the time is up.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not board.closed and auditor not in board.following():
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0.0:
+            until, starting = board.starts.until([auditor], round_timeout)
+            if not starting or until <= (deadline or 0.0):
+                raise QuorumError(QuorumReason.NOT_REACHED, auditor_missing(auditor, round_number, timeout or 0.0))
+            deadline = until
+            continue
+        step = WAIT_REPORT_SECONDS if left is None else min(WAIT_REPORT_SECONDS, left)
+        if board.wait_for_follower(auditor, step):
+            break
+        seconds_left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        logger.info(
+            "round %d: waiting for the auditor %s (a bounded round runs only with it; start `fedfair auditor "
+            "start` for %s); %s",
+            round_number,
+            auditor,
+            auditor,
+            "no deadline" if seconds_left is None else f"{seconds_left:.0f} s left",
+        )
+        if events is not None:
+            events.emit(
+                "waiting",
+                round=round_number,
+                goal="the auditor",
+                connected=0,
+                eligible=1,
+                missing=[auditor],
+                seconds_left=None if seconds_left is None else round(seconds_left, 1),
+            )
+
+
+def auditor_missing(auditor: str, round_number: int, timeout: float) -> str:
+    """The message of the QuorumError of an auditor that did not connect within `timeout` seconds."""
+    return (
+        f"round {round_number}: the plan's auditor {auditor} did not connect within {timeout:g} s, and a bounded "
+        f"round runs only with it. Start `fedfair auditor start` for {auditor} (its certificate, the manifest "
+        "and this aggregator's address; its log says why it cannot connect), then restart the aggregator "
+        "(with --resume if a checkpoint is kept)"
+    )

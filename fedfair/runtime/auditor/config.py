@@ -36,7 +36,8 @@ class AuditorConfig:
 
     name: its participant name (its certificate's); aggregator: the aggregator's address (host:port), whose certificate
     must carry the manifest's aggregator name; certificates: its TLS files; manifest: the federation's, which must list
-    it with role "auditor"; folder: where its log is kept; source: the file it was read from (None: flags).
+    it with role "auditor"; folder: where its log and its totals (totals.json) are kept; source: the file it was read
+    from (None: flags).
     """
 
     name: str

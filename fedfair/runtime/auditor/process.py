@@ -31,7 +31,7 @@ from fedfair.runtime.auditor.rounds import AuditorRounds
 from fedfair.runtime.collaborator.connection import Connection
 from fedfair.runtime.collaborator.retries import RETRYABLE, DEFAULT_RETRY_POLICY, Backoff, RetryPolicy, Target
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS, Uplink
-from fedfair.runtime.failures import PLAN_CHANGED, PLAN_MISMATCH
+from fedfair.runtime.failures import PLAN_CHANGED, plan_mismatch
 from fedfair.runtime.manifest_plan import check_shared_settings
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object, load_shared_settings
 from fedfair.runtime.plan.input_bound import TWO_VERIFIERS
@@ -101,13 +101,13 @@ class AuditorProcess:
             shared = load_shared_settings(reply.settings)
             check_shared_settings(self.config.manifest, shared, served)
         except ConfigError as error:
-            raise PermanentFailureError(PLAN_MISMATCH, reason=error) from None
+            raise plan_mismatch(ROLE, error) from None
         secure = shared.secure_aggregation
         if secure.input_bound != TWO_VERIFIERS or secure.auditor != self.config.name:
             said = "declares no input bound" if secure.auditor is None else f"names {secure.auditor!r} as its auditor"
-            raise PermanentFailureError(
-                PLAN_MISMATCH,
-                reason=f"it {said}, not {self.config.name!r}; an auditor verifies only for a plan that names it "
+            raise plan_mismatch(
+                ROLE,
+                f"it {said}, not {self.config.name!r}; an auditor verifies only for a plan that names it "
                 f'([secure_aggregation] input_bound = "{TWO_VERIFIERS}", auditor = "{self.config.name}")',
             )
         self._shared, self._plan_digest = shared, reply.plan_digest
@@ -120,7 +120,7 @@ class AuditorProcess:
         try:
             served = settings_digest(json_object(reply.settings, "the aggregator's plan"))
         except ConfigError as error:
-            return PermanentFailureError(PLAN_MISMATCH, reason=error)
+            return plan_mismatch(ROLE, error)
         return PermanentFailureError(PLAN_CHANGED, served=served, changes="the auditor joined under another plan")
 
     def say_joined(self) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 
 from fedfair.core.errors import IdentityError, ProtocolError
 from fedfair.runtime.auditor.config import AuditorConfig, AuditorIdentity
+from fedfair.runtime.auditor.totals import FirstTotals, TotalledRound
 from fedfair.runtime.contract import BOUNDED_TRAINING, RoundParameters, relayed_keys, round_setup
 from fedfair.runtime.manifest import pinned_verifier
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
@@ -34,9 +35,12 @@ from fedfair.secagg.config import SecAggConfig
 
 @dataclass
 class AuditedRound:
-    """One round the auditor verifies: its number, its session's config, and the auditor's state for it."""
+    """One round the auditor verifies: its number, its model's digest, its session's config, and the auditor's state."""
 
     number: int
+    model: str
+    """The digest of the model the round trains (its parameters'): two runs of it on the same model take the same
+    inputs."""
     config: SecAggConfig
     auditor: Auditor
 
@@ -52,8 +56,9 @@ class AuditorRounds:
         """The round in progress (None before its AUDITOR_KEY, and once it was left)."""
         self.verified: list[int] = []
         """The rounds whose TOTAL the auditor uploaded: it decided every site of them."""
-        self.totalled: dict[int, frozenset[str]] = {}
-        """Round -> the sites its first total covered: a round run again is totalled over the same sites or not at all."""
+        self.totals = FirstTotals(config.folder)
+        """The sites each round's first total covered, across restarts: a round run again is totalled over the same
+        sites or not at all."""
 
     def input_limit(self, binding: pb.Binding) -> int:
         """The most bytes the input of `binding`'s stage may hold: the parameters' limit, then the round's largest."""
@@ -83,19 +88,23 @@ class AuditorRounds:
             received = spec.received(inputs)
         message = spec.step(self.current.auditor, received, _not_asked)
         if spec.stage is BoundedStage.TOTAL:
-            self._check_rerun(binding.round, frozenset(map(self.current.config.name_of, message.accepted)))
+            self._check_rerun(frozenset(map(self.current.config.name_of, message.accepted)))
             self.verified.append(binding.round)
             self.current = None
         return bytes(message.to_bytes())
 
-    def _check_rerun(self, round_number: int, accepted: frozenset[str]) -> None:
-        """Withhold a total of a round run again over other sites than its first total (ProtocolError).
+    def _check_rerun(self, accepted: frozenset[str]) -> None:
+        """Withhold a total of the current round run again over other sites than its first total (ProtocolError).
 
         A round the aggregator runs again (it restarted) is sent each site's kept input again; two totals of the same
         inputs over different sites would let it subtract one site's input, as two masked sums over different
-        survivors would. Withheld, the round aborts and nothing is learnt.
+        survivors would. Withheld, the round aborts and nothing is learnt. The first total is kept in the auditor's
+        folder (:mod:`~fedfair.runtime.auditor.totals`) before it is uploaded, so a restart forgets none.
         """
-        first = self.totalled.setdefault(round_number, accepted)
+        assert self.current is not None  # TOTAL is a stage of the current round
+        round_number = self.current.number
+        total = TotalledRound(self.shared.federation_id, round_number, self.current.model, accepted)
+        first = self.totals.first(total).sites
         if first != accepted:
             self.current = None
             raise ProtocolError(
@@ -139,7 +148,7 @@ class AuditorRounds:
             raise IdentityError("the round relays another key for this auditor than its own certificate's")
         auditor = BOUNDED_ROUND.client(bounded, AUDITOR, self.identity.key)
         assert isinstance(auditor, Auditor)  # bounded_peer makes the auditor's state for its party id
-        return AuditedRound(round_number, config, auditor)
+        return AuditedRound(round_number, parameters.model, config, auditor)
 
 
 def _not_asked() -> np.ndarray:

@@ -13,6 +13,8 @@ Why: docs/security.md, "Bounded inputs (two verifiers)".
 
 from __future__ import annotations
 
+import hashlib
+
 import logging
 import math
 import os
@@ -145,11 +147,13 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
         ) from None
     for party, reasons in sorted(findings.liars.items()):
         logger.warning(
-            "%s: round %d: the verdict record names %s: its proof failed (%s); it is not in the sum",
+            "%s: round %d: the verdict record names %s: its proof failed (%s); it is not in the sum (the record's "
+            "sha256 %s, as rounds.jsonl verdict_record_sha256 names it)",
             me.name,
             work.round,
             work.roster[party - 1],
             "; ".join(reasons),
+            hashlib.sha256(inputs).hexdigest(),
         )
     if site.party not in findings.accepted:
         raise RefusedError(Refusal.WITHDRAWN, "the verdict record leaves this site's update out of the sum")

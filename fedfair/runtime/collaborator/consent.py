@@ -16,7 +16,7 @@ from pathlib import Path
 from fedfair.core.errors import ConfigError, PermanentFailureError
 from fedfair.core.tables import Table
 from fedfair.pki.names import validate_name
-from fedfair.runtime.failures import AUDITOR_REFUSED, PLAN_MISMATCH
+from fedfair.runtime.failures import AUDITOR_REFUSED, plan_mismatch
 from fedfair.runtime.manifest import Manifest
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.plan.input_bound import check_bounded_round
@@ -58,9 +58,9 @@ def check_input_bound(
     if auditor in refused:
         raise PermanentFailureError(AUDITOR_REFUSED, auditor=auditor, config=config)
     if manifest is None:
-        raise PermanentFailureError(
-            PLAN_MISMATCH,
-            reason=f"it names {auditor!r} as the auditor of its input bound, an institution only a manifest can pin; "
+        raise plan_mismatch(
+            "collaborator",
+            f"it names {auditor!r} as the auditor of its input bound, an institution only a manifest can pin; "
             f"set [collaborator] manifest in {config} to the federation's manifest that lists it",
         )
     try:
@@ -73,4 +73,4 @@ def check_input_bound(
             "the aggregator's plan",
         )
     except ConfigError as error:
-        raise PermanentFailureError(PLAN_MISMATCH, reason=error) from None
+        raise plan_mismatch("collaborator", error) from None

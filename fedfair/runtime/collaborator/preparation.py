@@ -50,7 +50,7 @@ from fedfair.runtime.collaborator.uplink import RPC_SECONDS
 from fedfair import pki
 from fedfair.pki.roster import settings_digest
 from fedfair.runtime.composition_counts import composition_columns
-from fedfair.runtime.failures import FEDERATION_MISMATCH, LOCAL_BINDINGS, LOCAL_PRIVACY, PLAN_CHANGED, PLAN_MISMATCH
+from fedfair.runtime.failures import FEDERATION_MISMATCH, LOCAL_BINDINGS, LOCAL_PRIVACY, PLAN_CHANGED, plan_mismatch
 from fedfair.runtime.manifest_plan import check_shared_settings, setting_differences
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object, load_shared_settings
 from fedfair.runtime.plan.model import ModelSettings
@@ -145,7 +145,7 @@ def join(
         served = json_object(reply.settings, "the aggregator's plan")
         shared = load_shared_settings(reply.settings)
     except ConfigError as error:
-        raise PermanentFailureError(PLAN_MISMATCH, reason=error) from None
+        raise plan_mismatch("collaborator", error) from None
     ours, theirs = config.federation, shared.federation_id
     if ours is not None and theirs != ours:
         raise PermanentFailureError(FEDERATION_MISMATCH, address=config.aggregator, theirs=theirs, ours=ours)
@@ -153,21 +153,21 @@ def join(
         try:
             check_shared_settings(config.manifest, shared, served)
         except ConfigError as error:
-            raise PermanentFailureError(PLAN_MISMATCH, reason=error) from None
+            raise plan_mismatch("collaborator", error) from None
     check_input_bound(shared, config.refused_auditors, config.manifest, config.source)
     factory = shared.model.factory
     if factory is not None and factory not in config.factories:
         # Checked before anything is built: a plan is data, and only this institution's own config
         # may let it name code to run here.
-        raise PermanentFailureError(
-            PLAN_MISMATCH,
-            reason=f"it names the model factory '{factory}', which this institution does not allow, so it "
+        raise plan_mismatch(
+            "collaborator",
+            f"it names the model factory '{factory}', which this institution does not allow, so it "
             f"was not imported; if you trust that code, list it in {config.source} under [model] "
             f"factories",
         )
     shortfall = privacy_shortfall(config.privacy, shared.privacy)
     if shortfall is not None:
-        raise PermanentFailureError(PLAN_MISMATCH, reason=shortfall)
+        raise plan_mismatch("collaborator", shortfall)
     try:
         ledger = open_ledger(config)
         path = federation_file(config, shared.federation_id, "bindings.json")
@@ -309,7 +309,7 @@ def plan_change(config: CollaboratorConfig, joined_digest: str, reply: pb.PlanRe
     try:
         served = json_object(reply.settings, "the aggregator's plan")
     except ConfigError as error:
-        raise PermanentFailureError(PLAN_MISMATCH, reason=error) from None
+        raise plan_mismatch("collaborator", error) from None
     manifest = config.manifest
     pin = None if manifest is None else manifest.plan
     if pin is None:

@@ -1,0 +1,92 @@
+"""The sites each round's first total covered, kept in the auditor's folder across its restarts.
+
+A round the aggregator runs again (it restarted) is sent each site's kept input again, so the auditor totals it
+over the same sites or not at all (:meth:`AuditorRounds.step <fedfair.runtime.auditor.rounds.AuditorRounds.step>`):
+two totals of the same inputs over different sites would let the two be subtracted. An auditor that restarted
+between the two runs must still know the first total's sites, so each first total's sites are written
+(atomically) before the total is uploaded, and read when the auditor starts. A round is named by its federation,
+its number and the digest of the model it trains (what makes two runs' inputs the same).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from fedfair.core.errors import ConfigError
+from fedfair.core.files import atomic_write, read_json
+
+TOTALS_NAME = "totals.json"
+"""The file, in the auditor's folder, of every round it totalled and over which sites."""
+
+T = TypeVar("T")
+
+_FIX = (
+    "it is written by the auditor alone: restore it from a backup; deleting it lets this auditor total a round "
+    "run again over other sites, which it exists to prevent"
+)
+
+
+@dataclass(frozen=True)
+class TotalledRound:
+    """One round the auditor totalled: its federation, number and model digest, and the sites the total covered."""
+
+    federation_id: str
+    round: int
+    model: str
+    sites: frozenset[str]
+
+    def same_round(self, other: TotalledRound) -> bool:
+        """Whether `other` totals the same round (federation, number and model), over whichever sites."""
+        return (self.federation_id, self.round, self.model) == (other.federation_id, other.round, other.model)
+
+
+class FirstTotals:
+    """The first total of every round this auditor totalled, read from and written to `folder`."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / TOTALS_NAME
+        self._totals = _read(self.path) if self.path.exists() else []
+
+    def first(self, total: TotalledRound) -> TotalledRound:
+        """The first total of `total`'s round; `total` itself when it is the first, then kept before it returns.
+
+        Raises:
+            OSError: the file could not be written (the total must then not be uploaded).
+        """
+        for kept in self._totals:
+            if kept.same_round(total):
+                return kept
+        self._totals.append(total)
+        entries = [
+            {"federation_id": kept.federation_id, "round": kept.round, "model": kept.model, "sites": sorted(kept.sites)}
+            for kept in self._totals
+        ]
+        atomic_write(self.path, lambda stream: stream.write(json.dumps(entries, indent=1).encode()))
+        return total
+
+
+def _read(path: Path) -> list[TotalledRound]:
+    """The totals kept in `path` (ConfigError naming it and the fix when it is not what this module writes)."""
+    entries = read_json(path, _FIX)
+    try:
+        return [
+            TotalledRound(
+                _typed(entry["federation_id"], str),
+                _typed(entry["round"], int),
+                _typed(entry["model"], str),
+                frozenset(_typed(site, str) for site in _typed(entry["sites"], list)),
+            )
+            for entry in _typed(entries, list)
+        ]
+    except (KeyError, TypeError) as error:
+        raise ConfigError(f"{path}: not a list of totalled rounds ({error}); {_FIX}") from None
+
+
+def _typed(value: object, kind: type[T]) -> T:
+    """`value` when it is a `kind` (TypeError otherwise)."""
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise TypeError(f"{value!r} is not a {kind.__name__}")
+    return value
