@@ -72,13 +72,7 @@ def parse_auditor_config(data: dict[str, Any], source: Path) -> AuditorConfig:
     check_sections(where, data, ("auditor", "certificates"))
     me = Table.of(where, data, "auditor", ("name", "aggregator", "manifest", "folder", "idle_timeout_seconds"))
     name = me.name("name", validate_name)
-    tls = Table.of(where, data, "certificates", ("dir", "ca", "cert", "key"))
-    folder = tls.path("dir", base, "certs")
-    certificates = TlsFiles(
-        ca=tls.path("ca", folder, "ca.crt"),
-        cert=tls.path("cert", folder, f"{name}.crt"),
-        key=tls.path("key", folder, f"{name}.key"),
-    )
+    certificates = TlsFiles.from_section(where, data, base, name)
     try:
         manifest = load_manifest(me.path("manifest", base))
     except ConfigError as error:

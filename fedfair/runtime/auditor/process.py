@@ -142,14 +142,7 @@ class AuditorProcess:
             try:
                 payload = self.rounds.step(binding, inputs)
             except (ConfigError, IdentityError, ProtocolError, WireError) as error:
-                self.connection.warn(
-                    "withdrawals",
-                    "%s: round %d %s: withdrawing from the round: %s",
-                    self.config.name,
-                    binding.round,
-                    pb.Stage.Name(binding.stage),
-                    error,
-                )
+                self.connection.warn_withdrawal(self.config.name, binding, error)
                 self.rounds.leave(binding.round)
                 self.uplink.submit(stub, binding, b"")
                 return True

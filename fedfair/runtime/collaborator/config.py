@@ -168,13 +168,7 @@ def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> Collabor
         federation, aggregator_name = manifest.federation_id, manifest.aggregator.name
     device = me.string("device", "auto", pattern=_DEVICE_RE, expected='"cpu", "cuda", "cuda:N", "mps" or "auto"')
 
-    tls = Table.of(where, data, "certificates", ("dir", "ca", "cert", "key"))
-    folder = tls.path("dir", base, "certs")
-    certificates = TlsFiles(
-        ca=tls.path("ca", folder, "ca.crt"),
-        cert=tls.path("cert", folder, f"{name}.crt"),
-        key=tls.path("key", folder, f"{name}.key"),
-    )
+    certificates = TlsFiles.from_section(where, data, base, name)
     return CollaboratorConfig(
         name=name,
         aggregator=aggregator,

@@ -290,6 +290,17 @@ class Connection(Generic[Settings]):
         self.follower.say_joined()
         self.watchdog.progress("the first task")
 
+    def warn_withdrawal(self, name: str, binding: pb.Binding, error: Exception) -> None:
+        """Say that party `name` withdraws from `binding`'s round at its stage, and why (a `warn` of its kind)."""
+        self.warn(
+            "withdrawals",
+            "%s: round %d %s: withdrawing from the round: %s",
+            name,
+            binding.round,
+            pb.Stage.Name(binding.stage),
+            error,
+        )
+
     def warn(self, kind: str, message: str, *args: object) -> None:
         """Log a WARNING caused by the aggregator's tasks, within the budget of its `kind`.
 

@@ -301,14 +301,7 @@ class TaskStream:
         except (RefusedError, ProtocolError, ConfigError, WireError) as error:
             if isinstance(error, RefusedError) and error.reason is not Refusal.WITHDRAWN:
                 raise
-            self.connection.warn(
-                "withdrawals",
-                "%s: round %d %s: withdrawing from the round: %s",
-                self.config.name,
-                binding.round,
-                pb.Stage.Name(binding.stage),
-                error,
-            )
+            self.connection.warn_withdrawal(self.config.name, binding, error)
             work.withdrawn = True
             self.submit(stub, binding, b"")
             return

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import grpc
 from cryptography import x509
@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives import serialization
 
 from fedfair import pki
 from fedfair.core.errors import ConfigError, Refusal, RefusedError
+from fedfair.core.tables import Table
 from fedfair.runtime.transport.stage_gate import NOT_PERMITTED
 from fedfair.runtime.transport.chunks import MAX_MESSAGE_BYTES
 
@@ -44,6 +45,21 @@ class TlsFiles:
         directory = Path(directory)
         cert, key, _ = pki.participant_paths(directory, name)
         return cls(ca=pki.ca_paths(directory)[0], cert=cert, key=key)
+
+    @classmethod
+    def from_section(cls, where: str, data: Mapping[str, Any], base: Path, name: str) -> TlsFiles:
+        """A config file's [certificates] section (dir, ca, cert, key), each path relative to `base` or to dir.
+
+        Raises:
+            ConfigError: an unknown key or a value that is not a path, naming the file and the key.
+        """
+        tls = Table.of(where, data, "certificates", ("dir", "ca", "cert", "key"))
+        folder = tls.path("dir", base, "certs")
+        return cls(
+            ca=tls.path("ca", folder, "ca.crt"),
+            cert=tls.path("cert", folder, f"{name}.crt"),
+            key=tls.path("key", folder, f"{name}.key"),
+        )
 
 
 def _load_own(files: TlsFiles, role: str) -> tuple[bytes, bytes, bytes, str]:
