@@ -254,7 +254,7 @@ at epsilon 1 FedSRCVaR is FedAvgM (gamma then weighs nothing), at momentum 0 too
 distributed DP each is trained as FedSRCVaR's runs at that limit: the same clipping, noise and secure sum."""
 
 
-OWN_SEARCH_BASELINES = ("term",)
+OWN_SEARCH_BASELINES = ("term", "propfair", "deltafl")
 """The baselines trained under the same distributed DP as their own method (`fedfair.research.term_dp`), each
 chosen by its own search over its axes but the local steps (held at 1)."""
 
