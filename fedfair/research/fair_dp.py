@@ -1,14 +1,12 @@
 """PropFair and Delta-FL under the same distributed DP as FedSRCVaR: a per-site loss release each round, charged.
 
-Each round every site k releases F~_k, the mean over all its n_k records of min(l_i, L) at theta_t (n_k public,
-in the plan), Skellam noise from the CSPRNG added to its integer encoding, in the clear: one record moves it by
-at most L / n_k. The server turns the released losses into one factor per site (Delta-FL: pi_k / p_k, its
-superquantile weights over the FedAvg shares; PropFair: 1 / max(M - F~_k, margin)), post-processing, and
-announces each site's ratio r_k = factor_k / max_j factor_j in [0, 1]. Each site scales its clipped one-step
-update (FedAvg's DP path: FedSRCVaR at epsilon 1) by r_k before the noised secure sum, so a record moves the sum
-by no more than under FedAvg, and the server rescales the decoded sum by the public max factor: -lr sum_k p_k
-factor_k g_k, g_k site k's clipped mean gradient of its Poisson sample. The loss releases' noise is a public
-constant (`LOSS_SHARE`); the secure sum's noise is calibrated so that both releases, composed, spend the target.
+Each round every site releases F~_k, the mean of min(l_i, L) over all its n_k records at theta_t (n_k public),
+Skellam noise from the CSPRNG on its integer encoding, in the clear: one record moves it by at most L / n_k. The
+server turns the released losses into a factor per site (Delta-FL: pi_k / p_k; PropFair: 1 / max(M - F~_k,
+margin)) and announces r_k = factor_k / max_j factor_j in [0, 1]; each site scales its clipped one-step update
+(FedAvg's DP path: FedSRCVaR at epsilon 1) by r_k before the noised secure sum, so a record moves the sum no
+more than under FedAvg, and the server rescales the sum by the max: -lr sum_k p_k factor_k g_k. The releases'
+noise is a public constant (`LOSS_SHARE`); the sum's is calibrated so both, composed, spend the target.
 
 Why: docs/paper.md, "PropFair and Delta-FL under the same DP".
 """
