@@ -19,7 +19,7 @@ import dataclasses
 import gc
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -254,9 +254,17 @@ at epsilon 1 FedSRCVaR is FedAvgM (gamma then weighs nothing), at momentum 0 too
 distributed DP each is trained as FedSRCVaR's runs at that limit: the same clipping, noise and secure sum."""
 
 
-OWN_SEARCH_BASELINES = ("term",)
+OWN_SEARCH_BASELINES = ("term", "propfair", "deltafl")
 """The baselines trained under the same distributed DP as their own method (`fedfair.research.term_dp`), each
 chosen by its own search over its axes but the local steps (held at 1)."""
+
+
+PLAIN_SERVER_STEP = {tuning.MOMENTUM.name: 0.0}
+"""`--plain-server-step`: a baseline's search with the momentum held at 0, its paper's plain averaging step and the
+choice under DP of FedAvg and TERM on Adult, for a search the machine cannot afford whole (half the start points)."""
+
+HELD_LIMIT = "{} held at {:g} to fit the machine: the search did not move it"
+"""The limit a search states for each axis it held (`baseline_under_dp`'s `held`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,24 +283,31 @@ class BaselineSearch:
         return ladder_point(self.method, self.axes, tuple(values[axis.name] for axis in self.axes))
 
 
-def baseline_search(study: Study, baseline: str) -> BaselineSearch:
+def baseline_search(study: Study, baseline: str, held: Mapping[str, float] | None = None) -> BaselineSearch:
     """`baseline`'s search under DP: FedSRCVaR's runs at its limit (`NESTED_BASELINES`, the axes left free) or its
-    own runs over its own axes (`OWN_SEARCH_BASELINES`), the local steps held at 1 either way."""
+    own runs over its own axes (`OWN_SEARCH_BASELINES`), the local steps held at 1 either way, and the axes `held`
+    (a search cut to fit the machine: `PLAIN_SERVER_STEP`) at their values."""
     method = "fedsrcvar" if baseline in NESTED_BASELINES else baseline
-    fixed = NESTED_BASELINES.get(baseline, {})
+    fixed = {**NESTED_BASELINES.get(baseline, {}), **(held or {})}
     axes = tuple(axis for axis in study.search(method).axes if axis is not tuning.LOCAL_STEPS)
     return BaselineSearch(method, tuple(axis for axis in axes if axis.name not in fixed), fixed, axes)
 
 
 def baseline_under_dp(
-    name: str, study: Study, repeats: int, baseline: str, extension_runs: int = tuning.EXTENSION_RUNS
+    name: str,
+    study: Study,
+    repeats: int,
+    baseline: str,
+    extension_runs: int = tuning.EXTENSION_RUNS,
+    held: Mapping[str, float] | None = None,
 ) -> tuple[Point, dict[str, Any]]:
     """`baseline`'s choice under the same distributed DP by the protocol: the search of `search_under_dp` over the
     axes `baseline_search` leaves free (FedAvg's step, FedAvgM's momentum too, TERM's step, momentum and tilt).
 
-    `extension_runs` below the protocol's cuts the search where the machine cannot afford it: the document
-    states it, and the search's limits say so where it ran out before it settled."""
-    plan = baseline_search(study, baseline)
+    `extension_runs` below the protocol's cuts the search where the machine cannot afford it, and so do the axes
+    `held` at a value: the document states both (`fixed`, `limits`), and the search's limits say so where it ran
+    out before it settled."""
+    plan = baseline_search(study, baseline, held)
     free, fixed, point_of = plan.free, plan.fixed, plan.point_of
     search = tuning.Search(free, extension_runs)
     found: dict[tuning.Coordinates, dict[str, Any]] = {}
@@ -308,7 +323,11 @@ def baseline_under_dp(
         {**found[point], "coordinates": list(point), "worst_risk": risk, "chosen": point == choice}
         for point, risk in search.tried.items()
     ]
-    limits = [*search.limits(), ONE_STEP_LIMIT]
+    limits = [
+        *search.limits(),
+        ONE_STEP_LIMIT,
+        *(HELD_LIMIT.format(axis, value) for axis, value in (held or {}).items()),
+    ]
     return point_of(choice), {
         "search": {
             "axes": [axis.name for axis in free],
@@ -380,6 +399,11 @@ def main() -> None:
         help=f"with --as: the baseline search's extension runs (default the protocol's {tuning.EXTENSION_RUNS}); "
         "fewer cuts the search, stated in the JSON",
     )
+    parser.add_argument(
+        "--plain-server-step",
+        action="store_true",
+        help="with --as: hold the baseline's server momentum at 0 (its paper's step), a cut stated in the JSON",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--draws", type=Path, help="keep every run's draw in this JSON-lines file as it finishes, and resume from it"
@@ -399,7 +423,8 @@ def main() -> None:
     if args.baseline:
         if not (tuned and args.select):
             raise ConfigError("--as chooses the baseline under DP on the protocol: give --profile tuned and --select R")
-        chosen, how = baseline_under_dp(args.dataset, study, args.select, args.baseline, args.extension_runs)
+        held = PLAIN_SERVER_STEP if args.plain_server_step else None
+        chosen, how = baseline_under_dp(args.dataset, study, args.select, args.baseline, args.extension_runs, held)
         kind = f"distributed, {METHOD_LABELS[args.baseline]} chosen under DP"
         method = baseline_search(study, args.baseline).method
         rows = held_out_rows(study, chosen, kind, dp_flags(args.dataset), args.repeats, method)

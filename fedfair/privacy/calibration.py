@@ -14,7 +14,7 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.privacy.distributed import TrainingNoise, padded_dimension, training_noise
+from fedfair.privacy.distributed import Release, TrainingNoise, padded_dimension, training_noise
 from fedfair.privacy.ring import Ring
 
 
@@ -59,12 +59,14 @@ def distributed_training_noise(
     dimension: int,
     weight_per_record: float = 1.0,
     ring: Ring | None = None,
+    beside: tuple[Release, ...] = (),
 ) -> TrainingNoise:
     """The secure sum's noise for DP-SGD rounds under ``privacy`` (mode "distributed"), from public values only.
 
     The step sizes, clip bounds and the sites' largest weight per expected batch record
     (:func:`record_sensitivity`), the Poisson rate, the planned steps and the update's ``dimension``
-    (rotated, so padded to a power of two); with ``ring``, fractional bits that keep the sum within its words.
+    (rotated, so padded to a power of two); with ``ring``, fractional bits that keep the sum within its words;
+    ``beside``, the releases each site makes once a step besides its update, composed into the target.
     """
     if privacy.target_epsilon is None:
         raise ConfigError("distributed privacy needs target_epsilon to calibrate the noise")
@@ -79,5 +81,6 @@ def distributed_training_noise(
         planned_steps,
         padded_dimension(dimension),
         ring,
+        beside,
     )
     return dataclasses.replace(noise, weight_per_record=weight_per_record)

@@ -271,23 +271,35 @@ def epsilon(releases: Sequence[Release], delta: float) -> float:
     return epsilon_from_rdp(rdp_curve(releases), delta)
 
 
-def calibrate(target_epsilon: float, delta: float, releases: Sequence[Release], tolerance: float = 1e-3) -> float:
+def calibrate(
+    target_epsilon: float,
+    delta: float,
+    releases: Sequence[Release],
+    tolerance: float = 1e-3,
+    beside: Sequence[Release] = (),
+) -> float:
     """The smallest mu (to a relative ``tolerance``) with which ``releases`` compose to at most ``target_epsilon``.
 
     Each release's mu is replaced by that one mu, so the mu they carry is ignored; they give the
-    shape (sensitivities, sampling, steps). Bisection on log mu: epsilon falls as mu grows.
+    shape (sensitivities, sampling, steps). The releases ``beside`` keep their own mu and are composed with
+    them: the target is what all of them spend together. Bisection on log mu: epsilon falls as mu grows.
 
     Raises:
-        ConfigError: the target is not a positive number, no release has steps, or no mu below 2^60
-            reaches the target.
+        ConfigError: the target is not a positive number, no release has steps, the releases beside spend the
+            target alone, or no mu below 2^60 reaches the target.
     """
     if not (math.isfinite(target_epsilon) and target_epsilon > 0):
         raise ConfigError(f"target epsilon {target_epsilon!r} must be a positive number, e.g. 3")
     if not releases or all(release.steps == 0 for release in releases):
         raise ConfigError("nothing to calibrate: give at least one release with steps > 0")
+    if beside and epsilon(beside, delta) >= target_epsilon:
+        raise ConfigError(
+            f"the releases beside spend epsilon {epsilon(beside, delta):g} alone, not below the target "
+            f"{target_epsilon:g}; give them more noise or raise the target"
+        )
 
     def spent(mu: float) -> float:
-        return epsilon([dataclasses.replace(release, mu=mu) for release in releases], delta)
+        return epsilon([*(dataclasses.replace(release, mu=mu) for release in releases), *beside], delta)
 
     low, high = 1e-6, 1.0
     while spent(high) > target_epsilon:
@@ -355,6 +367,8 @@ class TrainingNoise:
     weight_per_record: the sites' largest weight per expected batch record w_k / b_k the sensitivity was
         scaled by (:func:`fedfair.privacy.calibration.record_sensitivity`); a party's unweighted update is
         bounded by the sensitivity over it.
+    beside: the releases a party makes once a step besides its update, each with the planned steps (a loss it
+        sends in the clear, `fedfair.research.fair_dp`), charged with it; none for plain DP-SGD.
     """
 
     fractional_bits: int
@@ -362,10 +376,12 @@ class TrainingNoise:
     addon: float
     sensitivity: float
     weight_per_record: float = 1.0
+    beside: tuple[Release, ...] = ()
 
     def epsilon(self, steps: int, delta: float) -> float:
-        """Epsilon at ``delta`` (the promised one, add-on included) after ``steps`` steps."""
-        return epsilon([dataclasses.replace(self.release, steps=steps)], delta - self.addon)
+        """Epsilon at ``delta`` (the promised one, add-on included) after ``steps`` steps, the releases beside too."""
+        releases = [dataclasses.replace(release, steps=steps) for release in (self.release, *self.beside)]
+        return epsilon(releases, delta - self.addon)
 
 
 def training_noise(
@@ -376,6 +392,7 @@ def training_noise(
     steps: int,
     dimension: int,
     ring: Ring | None = None,
+    beside: Sequence[Release] = (),
 ) -> TrainingNoise:
     """The noise that makes ``steps`` DP-SGD steps spend ``target_epsilon`` at ``delta`` in a secure sum.
 
@@ -388,6 +405,8 @@ def training_noise(
         dimension: the encoded coordinates of the secure sum.
         ring: the words the sum travels in; None for words wide enough for any f (64 bits, the check left to
             the encoder).
+        beside: releases each party makes once a step besides its update (their mu fixed, their steps the
+            planned ones): the steps and these together spend ``target_epsilon`` (`TrainingNoise.beside`).
 
     Returns:
         f with 2^11 <= sensitivity 2^f <= 2^12 (or f = 0), lowered while a sum in ``ring`` could wrap with
@@ -414,9 +433,10 @@ def training_noise(
         l1 = math.sqrt(dimension) * units  # a rotation may spread one record's move over every coordinate
         shape = Release("skellam", 1.0, l1, units, sampling_rate, steps, rounding=dimension)
         # Epsilon may move ten times as fast as mu (few sampled steps at a high target): bisect mu to 1e-4.
-        release = dataclasses.replace(shape, mu=calibrate(target_epsilon, delta - addon, [shape], tolerance=1e-4))
+        mu = calibrate(target_epsilon, delta - addon, [shape], tolerance=1e-4, beside=beside)
+        release = dataclasses.replace(shape, mu=mu)
         if ring is None or ring.wrap_probability(units, release.mu, dimension) <= WRAP_FAILURE:
-            return TrainingNoise(bits, release, addon, sensitivity)
+            return TrainingNoise(bits, release, addon, sensitivity, beside=tuple(beside))
     assert ring is not None  # without a ring the first f is taken
     raise ConfigError(
         f"no fractional bits keep a noised sum of {ring.parties} parties (max_weight {ring.max_weight:g}) within "

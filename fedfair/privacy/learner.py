@@ -26,7 +26,7 @@ from fedfair.core.local import LocalLearner
 from fedfair.core.update import Update
 from fedfair.privacy.accounting import PrivacyAccountant, noise_multiplier_for
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
-from fedfair.privacy.distributed import DistributedAccountant, TrainingNoise
+from fedfair.privacy.distributed import DistributedAccountant, Release, TrainingNoise
 from fedfair.privacy.clipping import (
     ClippingMode,
     LayerClipping,
@@ -116,7 +116,8 @@ class PrivateLearner:
     gradients), or "one_pass" / "norm" / "per_sample" to insist on one; the mode chosen is
     `self.clipping`. Every mode reads the layers' backprops at gradient edges, so models
     with in-place operations (residual networks as torchvision writes them) train unedited.
-    `released` is what the report says is sent outside the noise (PrivacyReport.released).
+    `released` is what the report says is sent outside the noise (PrivacyReport.released); under distributed DP,
+    `beside` are the releases it makes once a round besides its update (`DistributedDP.beside`), charged with it.
 
     With `privacy.mode` "distributed" the steps add no noise: theta's and c's per-record gradients are
     clipped separately (one-pass clipping, so a model of dense layers), one local step per round, and
@@ -135,6 +136,7 @@ class PrivateLearner:
         clipping: str = "auto",
         released: str | None = None,
         probe: ModeProbe | None = None,
+        beside: tuple[Release, ...] = (),
     ) -> None:
         if not privacy.enabled:
             raise ConfigError("privacy is not enabled; set enabled = true in [privacy] (or pass a --dp-* flag)")
@@ -157,6 +159,7 @@ class PrivateLearner:
         # by its weight b_k: the weighted vector is then -lr times the clipped sum whatever b_k is.
         self.sample_rate = privacy.sample_rate or learner.batch_size / learner.num_samples
         planned_steps = planned_rounds * self.steps_per_round if planned_rounds is not None else None
+        self.beside = beside
         self.distributed_noise: TrainingNoise | None = None
         self.accountant: PrivacyAccountant | DistributedAccountant
         if privacy.mode == "distributed":
@@ -229,6 +232,7 @@ class PrivateLearner:
             self.sample_rate,
             planned_steps,
             sum(tensor.numel() for tensor in self.learner.state_tensors),
+            beside=self.beside,
         )
 
     def report(self) -> PrivacyReport:

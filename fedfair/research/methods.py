@@ -13,9 +13,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Generic, TypeVar
 
+import numpy as np
+
 from fedfair.core.config import DEFAULT_SERVER_MOMENTUM
 from fedfair.core.errors import ConfigError
-from fedfair.research import baselines, dro, fairness_baselines, minimax, term_dp
+from fedfair.research import baselines, dro, fair_dp, fairness_baselines, minimax, term_dp
 from fedfair.research.baselines import AFLSettings, FedAvgSettings, QFedAvgSettings, ReadsLosses
 from fedfair.research.fairness_baselines import DeltaFLSettings, PropFairSettings, TERMSettings
 from fedfair.research.minimax import BPFSettings, FedMinMaxSettings
@@ -134,11 +136,34 @@ def _fedsrcvar(task: Task, settings: NoSettings) -> SimulationResult:
     return result if summed is None else replace(result, noise=summed.noise_report())
 
 
+def _distributed(task: Task) -> bool:
+    return task.privacy.enabled and task.privacy.mode == "distributed"
+
+
 def _term(task: Task, settings: TERMSettings) -> SimulationResult:
-    if not (task.privacy.enabled and task.privacy.mode == "distributed"):
+    if not _distributed(task):
         return fairness_baselines.run_term(task, settings)
     plan = term_dp.term_plan(task)
     return term_dp.run_term_dp(task, settings.tilt, plan, secure_sum(task.federation, plan))
+
+
+def _fair_dp(task: Task, factors: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> SimulationResult:
+    plan = fair_dp.fair_plan(task)
+    return fair_dp.run_fair_dp(task, factors, plan, secure_sum(task.federation, plan))
+
+
+def _propfair(task: Task, settings: PropFairSettings) -> SimulationResult:
+    if not _distributed(task):
+        return fairness_baselines.run_propfair(task, settings)
+    return _fair_dp(task, fair_dp.propfair_factors(settings.ceiling))
+
+
+def _deltafl(task: Task, settings: DeltaFLSettings) -> SimulationResult:
+    if not _distributed(task):
+        return fairness_baselines.run_deltafl(task, settings)
+    if settings.loss_rows:
+        raise ConfigError("under --dp-mode distributed each site releases its loss over every record; drop --loss-rows")
+    return _fair_dp(task, fair_dp.deltafl_factors(settings.client_level))
 
 
 METHODS: dict[str, Method[Any]] = {
@@ -166,9 +191,9 @@ METHODS: dict[str, Method[Any]] = {
         Method("afl", AFLSettings, baselines.run_afl, rho_free=True),
         Method("qfedavg", QFedAvgSettings, baselines.run_qfedavg, rho_free=True),
         Method("fedminmax", FedMinMaxSettings, minimax.run_fedminmax, rho_free=True, needs_groups=True),
-        Method("propfair", PropFairSettings, fairness_baselines.run_propfair, rho_free=True, server_momentum=0.0),
+        Method("propfair", PropFairSettings, _propfair, rho_free=True, distributed=True, server_momentum=0.0),
         Method("term", TERMSettings, _term, rho_free=True, distributed=True, server_momentum=0.0),
-        Method("deltafl", DeltaFLSettings, fairness_baselines.run_deltafl, rho_free=True, server_momentum=0.0),
+        Method("deltafl", DeltaFLSettings, _deltafl, rho_free=True, distributed=True, server_momentum=0.0),
         Method("central-erm", NoSettings, lambda task, _: baselines.run_central_erm(task), rho_free=True),
         Method("central-cvar", NoSettings, lambda task, _: baselines.run_central_cvar(task), has_threshold=True),
         Method("bpf", BPFSettings, minimax.run_bpf),

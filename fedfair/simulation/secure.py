@@ -16,7 +16,7 @@ from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.update import Update
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.privacy.distributed import TrainingNoise, noise_excess, party_mu
+from fedfair.privacy.distributed import Release, TrainingNoise, noise_excess, party_mu
 from fedfair.privacy.ring import Ring
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
 from fedfair.secagg import Decoded, EncodingConfig, SecAggConfig, simulate_round
@@ -38,6 +38,8 @@ class DistributedDP:
     colluders: how many collaborators may collude with the aggregator; the other survivors carry the noise.
     weight_per_record: the largest w_k / b_k of the sums' weights, which scales one record's sensitivity
         (:func:`fedfair.privacy.calibration.record_sensitivity`).
+    beside: the releases every collaborator makes once a round besides its update, with the planned rounds as
+        steps: the noise is calibrated so that they and the rounds spend the target together (`TrainingNoise`).
     """
 
     privacy: PrivacyConfig
@@ -47,6 +49,7 @@ class DistributedDP:
     rounds: int
     colluders: int = 0
     weight_per_record: float = 1.0
+    beside: tuple[Release, ...] = ()
 
     def __post_init__(self) -> None:
         if self.privacy.mode != "distributed" or not self.privacy.enabled:
@@ -69,6 +72,7 @@ class DistributedDP:
             dimension,
             self.weight_per_record,
             ring,
+            self.beside,
         )
 
 

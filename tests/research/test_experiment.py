@@ -388,7 +388,7 @@ def test_distributed_dp_takes_the_collusion_bound_fedfair_init_writes_unless_tol
 @pytest.mark.parametrize(
     ("flags", "fragment"),
     [
-        (["--method", "fedavg"], "use --method fedsrcvar or term, or --dp-mode local"),
+        (["--method", "fedavg"], "use --method fedsrcvar or propfair or term or deltafl, or --dp-mode local"),
         (["--local-steps", "3"], "pass --local-steps 1"),
         (["--drift-correction", "scaffold"], "drop --drift-correction"),
         (["--dp-colluders", "2"], "a number from 0 to 1, got 2"),
