@@ -103,6 +103,8 @@ SECTIONS: dict[str, Shows] = {
     "dp_fedavgm_census_income": dp_baseline,
     "dp_term_adult": dp_baseline,
     "dp_term_census_income": dp_baseline,
+    "dp_propfair_adult": dp_baseline,
+    "dp_deltafl_adult": dp_baseline,
     "convergence_bench": convergence_bench,
     "reference_gap": reference_gap,
     "influence_bench": influence_bench,

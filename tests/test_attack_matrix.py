@@ -40,6 +40,7 @@ from cryptography.hazmat.primitives import serialization
 from fedfair import pki
 from fedfair.runtime.contract import TRAINING, RoundParameters
 from fedfair.secagg import Client, Server, messages
+from fedfair.secagg.round import SECURE_ROUND
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
@@ -146,6 +147,8 @@ def test_the_hostile_encoding_is_the_protocol(tmp_path: Path) -> None:
         "graph_roster": sorted(NAMES),
         "graph_seed": "",
         "model": hashlib.sha256(b"the round's model").hexdigest(),  # binds the session to the model sent
+        "protocol": SECURE_ROUND.name,  # the masked round, not the bounded one
+        "identities": [],
     }
     for colluding in (1, 0):  # the last one runs the protocol below
         announced["max_colluding"] = colluding
