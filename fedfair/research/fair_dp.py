@@ -28,11 +28,11 @@ from fedfair.core.models import flat_parameters
 from fedfair.privacy.distributed import Release, calibrate
 from fedfair.privacy.learner import PrivateLearner
 from fedfair.research.fairness_baselines import PROPFAIR_MARGIN, check_ceiling, superquantile_weights
+from fedfair.research.private_rounds import PrivateRounds
 from fedfair.research.task import Task
 from fedfair.research.term_dp import LOSS_CLIP
 from fedfair.secagg.noise import skellam
-from fedfair.simulation.federation import history_sample
-from fedfair.simulation.rounds import SimulationResult, make_learners, round_record
+from fedfair.simulation.rounds import SimulationResult, make_learners
 from fedfair.simulation.secure import DistributedDP, SecureSum, federation_dp
 
 LOSS_UNITS = 2**12
@@ -148,8 +148,7 @@ def run_fair_dp(
     loss_mu = plan.beside[0].mu if summed is not None else 0.0
     algorithm = dataclasses.replace(learners[0].algorithm, momentum=training.server_momentum, adam=training.server_adam)
     state = algorithm.server_init(flat_parameters(template))
-    pooled = history_sample(federation) if task.options.record_every else None
-    history: list[dict[str, float]] = []
+    rounds = PrivateRounds(task, template)
     active: list[RoundTrainer] = list(trainers)
     for _ in range(training.rounds):
         # The template holds no clipping hooks; each site evaluates its own records at theta_t.
@@ -175,10 +174,5 @@ def run_fair_dp(
             aggregate, weighted_delta=aggregate.weighted_delta * largest, weighted_delta_c=0.0
         )
         state = algorithm.server_apply(state, aggregate, average_from=training.average_from_round)
-        if task.on_round is not None:
-            task.on_round(state)
-        if pooled is not None and (state.round % task.options.record_every == 0 or state.round == training.rounds):
-            history.append(round_record(template, state, pooled, None))
-    reports = {trainer.name: trainer.report().to_dict() for trainer in trainers}
-    noise = summed.noise_report() if summed is not None else {}
-    return SimulationResult(state=state, model=template, history=history, privacy=reports, noise=noise)
+        rounds.applied(state)
+    return rounds.result(state, trainers, summed)

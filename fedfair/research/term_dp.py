@@ -23,9 +23,9 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.local import LocalLearner, RoundTrainer, contributing_updates
 from fedfair.core.models import flat_parameters
 from fedfair.privacy.learner import PrivateLearner
+from fedfair.research.private_rounds import PrivateRounds
 from fedfair.research.task import Task
-from fedfair.simulation.federation import history_sample
-from fedfair.simulation.rounds import SimulationResult, make_learners, round_record
+from fedfair.simulation.rounds import SimulationResult, make_learners
 from fedfair.simulation.secure import DistributedDP, SecureSum, federation_dp
 
 LOSS_CLIP = 1.0
@@ -142,8 +142,7 @@ def run_term_dp(task: Task, tilt: float, plan: DistributedDP, summed: SecureSum 
     ]
     algorithm = dataclasses.replace(plain[0].algorithm, momentum=training.server_momentum, adam=training.server_adam)
     state = algorithm.server_init(flat_parameters(template))
-    pooled = history_sample(federation) if task.options.record_every else None
-    history: list[dict[str, float]] = []
+    rounds = PrivateRounds(task, template)
     normaliser_lr = training.local.threshold_lr
     active: list[RoundTrainer] = list(trainers)
     for _ in range(training.rounds):
@@ -153,10 +152,5 @@ def run_term_dp(task: Task, tilt: float, plan: DistributedDP, summed: SecureSum 
         state = algorithm.server_apply(
             state, tilted_step(aggregate, normaliser_lr, floor), average_from=training.average_from_round
         )
-        if task.on_round is not None:
-            task.on_round(state)
-        if pooled is not None and (state.round % task.options.record_every == 0 or state.round == training.rounds):
-            history.append(round_record(template, state, pooled, None))
-    reports = {trainer.name: trainer.report().to_dict() for trainer in trainers}
-    noise = summed.noise_report() if summed is not None else {}
-    return SimulationResult(state=state, model=template, history=history, privacy=reports, noise=noise)
+        rounds.applied(state)
+    return rounds.result(state, trainers, summed)
