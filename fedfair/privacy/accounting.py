@@ -5,7 +5,8 @@ whichever federation asked, persisted in a JSON state file (:func:`privacy_state
 ``NAME.DATA.privacy.json``) with the rounds each federation charged and a SHA-256 over its
 content, so that it survives restarts and a hand edit is refused; the cumulative (epsilon, delta)
 comes from a PRV accountant (RDP as a cross-check). Files of before, one per federation, are
-folded in once (:func:`open_accountant`).
+folded in once (:func:`open_accountant`). Under distributed DP a collaborator's spend is
+:class:`DistributedAccountant`'s instead, the same interface over the plan's noise.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.files import atomic_write, read_json
 from fedfair.pki.roster import canonical_json
 from fedfair.privacy.config import ACCOUNTANTS, PrivacyConfig
+from fedfair.privacy.distributed import TrainingNoise
 from fedfair.privacy.ledger import data_digest
 
 RDP_ORDERS = tuple(RDPAccountant.DEFAULT_ALPHAS)
@@ -331,3 +333,27 @@ def _merged(history: History, run: tuple[float, float, int]) -> History:
     if history and history[-1][:2] == run[:2]:
         return [*history[:-1], (run[0], run[1], history[-1][2] + run[2])]
     return [*history, run]
+
+
+class DistributedAccountant:
+    """A collaborator's spend under distributed DP: each local step is one release of the plan's noise.
+
+    The same interface as :class:`PrivacyAccountant` (``epsilon``, ``spend``,
+    ``rounds``, ``steps``), so the private learner uses either; the noise multiplier it is handed is
+    the local one (zero) and is not what is charged. Kept in memory: a persisted ledger is the
+    collaborator process's.
+    """
+
+    def __init__(self, noise: TrainingNoise) -> None:
+        self.noise = noise
+        self.rounds = 0
+        self.steps = 0
+
+    def epsilon(self, delta: float, accountant: str = "rdp", *, then: tuple[float, float, int] | None = None) -> float:
+        """Epsilon at ``delta`` spent so far, or after one more run ``then`` (sigma, q, steps)."""
+        return self.noise.epsilon(self.steps + (then[2] if then is not None else 0), delta)
+
+    def spend(self, noise_multiplier: float, sample_rate: float, steps: int) -> None:
+        """Charge ``steps`` steps (the plan's noise and this collaborator's sampling rate, fixed when built)."""
+        self.steps += steps
+        self.rounds += 1

@@ -442,27 +442,3 @@ def training_noise(
         f"no fractional bits keep a noised sum of {ring.parties} parties (max_weight {ring.max_weight:g}) within "
         f"2^{ring.modulus_bits} words; lower max_weight to the largest expected batch, or raise modulus_bits"
     )
-
-
-class DistributedAccountant:
-    """A collaborator's spend under distributed DP: each local step is one release of the plan's noise.
-
-    The same interface as `fedfair.privacy.accounting.PrivacyAccountant` (``epsilon``, ``spend``,
-    ``rounds``, ``steps``), so the private learner uses either; the noise multiplier it is handed is
-    the local one (zero) and is not what is charged. Kept in memory: a persisted ledger is the
-    collaborator process's.
-    """
-
-    def __init__(self, noise: TrainingNoise) -> None:
-        self.noise = noise
-        self.rounds = 0
-        self.steps = 0
-
-    def epsilon(self, delta: float, accountant: str = "rdp", *, then: tuple[float, float, int] | None = None) -> float:
-        """Epsilon at ``delta`` spent so far, or after one more run ``then`` (sigma, q, steps)."""
-        return self.noise.epsilon(self.steps + (then[2] if then is not None else 0), delta)
-
-    def spend(self, noise_multiplier: float, sample_rate: float, steps: int) -> None:
-        """Charge ``steps`` steps (the plan's noise and this collaborator's sampling rate, fixed when built)."""
-        self.steps += steps
-        self.rounds += 1

@@ -24,9 +24,9 @@ from torch import nn
 from fedfair.core.errors import BudgetReason, ConfigError, PrivacyBudgetError
 from fedfair.core.local import LocalLearner
 from fedfair.core.update import Update
-from fedfair.privacy.accounting import PrivacyAccountant, noise_multiplier_for
+from fedfair.privacy.accounting import DistributedAccountant, PrivacyAccountant, noise_multiplier_for
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
-from fedfair.privacy.distributed import DistributedAccountant, Release, TrainingNoise
+from fedfair.privacy.distributed import Release, TrainingNoise
 from fedfair.privacy.clipping import (
     ClippingMode,
     LayerClipping,
