@@ -81,6 +81,11 @@ class ExperimentConfig:
         if self.secure_aggregation and (not method.distributed or self.clients < 2):
             secure = " or ".join(name for name, each in METHODS.items() if each.distributed)
             raise ConfigError(f"--secure-aggregation needs --method {secure} and at least 2 clients")
+        if self.secure_aggregation and method.secure_only_private and not distributed:
+            raise ConfigError(
+                f"--method {self.method} sums securely only under its DP mechanism; add --dp-mode distributed "
+                "(with --dp-target-epsilon) or drop --secure-aggregation"
+            )
         local_epochs = isinstance(self.settings, FedAvgSettings) and self.settings.local_epochs is not None
         if self.training.local.corrects_drift and (not method.corrects_drift or local_epochs):
             raise ConfigError(

@@ -78,6 +78,9 @@ class Method(Generic[Settings]):
     """Whether it can train with DP-SGD."""
     distributed: bool = False
     """Whether it can train under distributed DP, its noise inside the secure sum (`--dp-mode distributed`)."""
+    secure_only_private: bool = False
+    """Whether its secure sum is its DP mechanism only: without `--dp-mode distributed` it has no secure path,
+    so `--secure-aggregation` alone is refused rather than run in the clear."""
     corrects_drift: bool = False
     """Whether it can take drift correction with its local steps."""
     needs_groups: bool = False
@@ -191,9 +194,27 @@ METHODS: dict[str, Method[Any]] = {
         Method("afl", AFLSettings, baselines.run_afl, rho_free=True),
         Method("qfedavg", QFedAvgSettings, baselines.run_qfedavg, rho_free=True),
         Method("fedminmax", FedMinMaxSettings, minimax.run_fedminmax, rho_free=True, needs_groups=True),
-        Method("propfair", PropFairSettings, _propfair, rho_free=True, distributed=True, server_momentum=0.0),
-        Method("term", TERMSettings, _term, rho_free=True, distributed=True, server_momentum=0.0),
-        Method("deltafl", DeltaFLSettings, _deltafl, rho_free=True, distributed=True, server_momentum=0.0),
+        Method(
+            "propfair",
+            PropFairSettings,
+            _propfair,
+            rho_free=True,
+            distributed=True,
+            server_momentum=0.0,
+            secure_only_private=True,
+        ),
+        Method(
+            "term", TERMSettings, _term, rho_free=True, distributed=True, server_momentum=0.0, secure_only_private=True
+        ),
+        Method(
+            "deltafl",
+            DeltaFLSettings,
+            _deltafl,
+            rho_free=True,
+            distributed=True,
+            server_momentum=0.0,
+            secure_only_private=True,
+        ),
         Method("central-erm", NoSettings, lambda task, _: baselines.run_central_erm(task), rho_free=True),
         Method("central-cvar", NoSettings, lambda task, _: baselines.run_central_cvar(task), has_threshold=True),
         Method("bpf", BPFSettings, minimax.run_bpf),

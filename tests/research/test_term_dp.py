@@ -143,3 +143,11 @@ def test_term_trains_under_distributed_dp_only() -> None:
     local = PrivacyConfig(enabled=True, target_epsilon=1.0, mode="local")
     with pytest.raises(ConfigError, match="DP-SGD is available for"):
         ExperimentConfig(method="term", settings=settings_for("term", {}), privacy=local)
+
+
+def test_secure_aggregation_without_dp_is_refused_where_the_secure_sum_is_the_dp_mechanism() -> None:
+    """TERM, PropFair and Delta-FL sum securely only under their DP; alone the flag would have run in the clear."""
+    for method in ("term", "propfair", "deltafl"):
+        with pytest.raises(ConfigError, match="add --dp-mode distributed"):
+            ExperimentConfig(method=method, settings=settings_for(method, {}), clients=3, secure_aggregation=True)
+    ExperimentConfig(method="fedsrcvar", settings=settings_for("fedsrcvar", {}), clients=3, secure_aggregation=True)
