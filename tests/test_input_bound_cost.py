@@ -1,7 +1,7 @@
 """benchmarks/input_bound_cost.py's round-level figures and their section on docs/benchmarks.md.
 
 The simulated round's bytes follow from one report's sizes (the record carries both verifiers' messages for
-every party; the verifiers exchange them once each way and the auditor's total once), and the page marks the
+every party, and the total: two vectors of d elements; the verifiers exchange them once each way and the auditor's total once), and the page marks the
 goals at d = 10^5 met or not from the figures alone.
 """
 
@@ -36,7 +36,8 @@ def test_the_round_bytes_are_the_reports_messages_for_every_party(benchmarks: tu
     message = report["verifier_message_bytes"]
     framing = 200  # per party: its id, length prefixes, two ECDSA signatures (at most 72 bytes each)
     evidence = 2 * parties * message
-    assert evidence < measured["site_record_bytes"] <= evidence + parties * framing + 200
+    total = 2 * report["auditor_total_bytes"]  # the claimed share-sum and the auditor's total, d elements each
+    assert evidence + total < measured["site_record_bytes"] <= evidence + total + parties * framing + 300
     round_key = 32 + 72 + 8  # the auditor's signed X25519 round key (AUDITOR_KEY): key, signature, two prefixes
     exchanged = evidence + report["auditor_total_bytes"] + round_key
     assert exchanged < measured["verifier_exchange_bytes"] <= exchanged + parties * (framing + 2 * 40) + 400

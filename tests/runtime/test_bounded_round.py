@@ -1,8 +1,8 @@
 """One bounded training round through the runtime's own pieces, in process, with the federation's real certificates.
 
 The aggregator's side as its driver runs it (its round parameters, :func:`aggregator_setup`, the protocol's server
-and names, each upload through :class:`SecureUpload`), the sites' as their steps run it (:data:`STEPS`: SHARE and
-DECIDE, every relayed certificate checked against the manifest's pins), and the auditor's from the same parameters
+and names, each upload through :class:`SecureUpload`), the sites' as their steps run it (:data:`STEPS`: SHARE,
+DECIDE and VERIFY, every relayed certificate checked against the manifest's pins), and the auditor's from the same parameters
 and pins. Only the transport is left out. A liar (the FEDFAIR_TEST_LIAR fault) is excluded and named at its first
 round, by the aggregator as a proven culprit and by every honest site's own check of the record, and the others'
 sum is what the round applies.
@@ -51,7 +51,9 @@ from fedfair.secagg import keys
 from fedfair.secagg.bounded.exchange import AUDITOR as AUDITOR_PARTY
 from fedfair.secagg.bounded.layout import squared_bound
 from fedfair.secagg.bounded.messages import ShareOpening, SignedRoundKey
+from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded.parameters import round_parameters
+from fedfair.secagg.bounded.record import VerdictRecord, sign_record
 from fedfair.secagg.bounded.simulate import simulate_bounded_round
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND, BoundedStage
 from fedfair.secagg.round import Opening, RoundSetup
@@ -174,11 +176,11 @@ def run_round(
         works[name].encoded = bounded_encoding(updates[name], name, me.shared)
     verdicts: dict[str, bytes | Exception] = {}
     opening: Opening | None = BOUNDED_ROUND.open_sum(server)
-    for spec in BOUNDED_ROUND.sum_stages:
+    for spec in BOUNDED_ROUND.stages(True):
         assert opening is not None
         inputs = parameters.to_bytes() if opening.inputs is None else opening.inputs.to_bytes()
         if spec.stage is BoundedStage.DECIDE and record is not None:
-            inputs = record(inputs)
+            inputs = record(inputs, server)
         if AUDITOR_PARTY not in opening.among:  # what a site reads is within what it admits
             wire = BOUNDED_TRAINING.wire(spec)
             task = pb.Task(binding=pb.Binding(stage=wire))
@@ -208,7 +210,14 @@ def run_round(
                 continue
             assert spec.receive is not None
             SecureUpload(spec.upload, partial(spec.receive, server)).handler(names)(name, upload)
-        opening = None if spec.close is None else spec.close(server)
+        if spec.stage is BoundedStage.DECIDE:  # the sum is made; the sites that tagged its total verify it
+            assert spec.withheld is not None
+            withheld = spec.withheld(server)
+            opening = None if withheld else BOUNDED_ROUND.open_verification(server, server.finish())
+        else:
+            opening = None if spec.close is None else spec.close(server)
+        if opening is None:
+            break
     return Outcome(server, names, config, verdicts, updates)
 
 
@@ -270,13 +279,42 @@ def test_a_liar_is_excluded_and_named_at_its_first_round_and_the_others_sum_appl
 
 
 def test_a_record_that_does_not_hold_up_stops_every_site(bounded: Federation, monkeypatch: pytest.MonkeyPatch) -> None:
-    def tampered(data: bytes) -> bytes:
+    def tampered(data: bytes, _server: Any) -> bytes:
         return data[:-1] + bytes([data[-1] ^ 1])  # the aggregator's signature over the record, one bit off
 
     outcome = run_round(bounded, monkeypatch, record=tampered)
     for name in COLLABORATORS:
         refused = outcome.verdicts[name]
         assert isinstance(refused, VerificationError) and refused.reason is VerifyReason.FORGED, refused
+
+
+def test_every_site_verifies_the_total_and_refuses_a_share_sum_the_aggregator_moved(
+    bounded: Federation, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The aggregator signs a record whose claimed share-sum it moved by one unit: each site tags its own share under
+    the challenge drawn from that record, and the tags no longer add up (FORGED at VERIFY); the honest record's
+    total is verified, and the record is kept in each site's folder before its tags leave."""
+    aggregator_key = load_private_key(bounded.folder / "ca" / "aggregator.key")
+
+    def moved(data: bytes, server: Any) -> bytes:
+        record = VerdictRecord.from_bytes(data)
+        one = np.zeros(record.claimed.size, np.uint64)
+        one[0] = 1
+        forged = dataclasses.replace(record, claimed=field.add(record.claimed, one))
+        server._record = sign_record(server.context, aggregator_key, forged).to_bytes(server.context)
+        return bytes(server._record)  # the hostile aggregator takes the tags of the record it sent
+
+    outcome = run_round(bounded, monkeypatch, record=moved)
+    for name in COLLABORATORS:
+        refused = outcome.verdicts[name]
+        assert isinstance(refused, VerificationError) and refused.reason is VerifyReason.FORGED, refused
+    kept = {name: dataclasses.replace(me, folder=tmp_path) for name, me in bounded.sites.items()}
+    honest = run_round(dataclasses.replace(bounded, sites=kept), monkeypatch)
+    assert honest.verdicts == dict.fromkeys(COLLABORATORS, ACCEPTED)
+    for name in COLLABORATORS:
+        assert (tmp_path / f"{name}.{bounded.loaded.federation_id}.round-1.verdict_record").read_bytes() == (
+            honest.server.record
+        )
 
 
 @pytest.mark.parametrize("altered", ["secure round", "certificate"])
@@ -341,14 +379,15 @@ def test_a_verdict_record_at_ten_thousand_parameters_is_within_what_a_site_reads
     assert input_limit(task, sites, 10**6, 0) > 10.7e6
 
 
-def test_under_the_mode_a_site_keeps_no_model_chain_and_the_auditor_is_named_by_the_setup(
+def test_under_the_mode_a_site_keeps_a_model_chain_and_the_auditor_is_named_by_the_setup(
     bounded: Federation,
 ) -> None:
-    """No site receives the bounded total, so none could check a model after round 1 (the masked round's does)."""
+    """Each accepted site verifies the bounded total (VERIFY), so it checks every later model, as under the masked
+    round; without secure aggregation there is no sum to verify and no chain."""
     me = bounded.sites["hospital-a"]
-    assert not me.chain.active
-    masked = dataclasses.replace(me.shared.secure_aggregation, input_bound="none", auditor=None)
-    assert ModelChain("hospital-a", dataclasses.replace(me.shared, secure_aggregation=masked)).active
+    assert me.chain.active
+    plain = dataclasses.replace(me.shared.secure_aggregation, enabled=False)
+    assert not ModelChain("hospital-a", dataclasses.replace(me.shared, secure_aggregation=plain)).active
     parameters = bounded.parameters()
     config = parameters.secagg_config(bounded.loaded.federation_id, BOUNDED_TRAINING)
     with pytest.raises(ConfigError, match="has an auditor: name it in the round's setup"):

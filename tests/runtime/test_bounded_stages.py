@@ -14,7 +14,7 @@ from fedfair.secagg.bounded.stages import BOUNDED_ROUND
 def test_every_bounded_stage_has_a_training_wire_stage_in_the_rounds_order() -> None:
     bounded = Stages(start=pb.STAGE_TRAIN, kind="train", prefix="", session_offset=0, protocol=BOUNDED_ROUND)
 
-    assert len(bounded.uploads) == len(BOUNDED_ROUND.stages(True)) == 6
+    assert len(bounded.uploads) == len(BOUNDED_ROUND.stages(True)) == 7
     assert list(bounded.uploads) == sorted(bounded.uploads)
     assert pb.STAGE_TRAIN < bounded.uploads[0] and bounded.uploads[-1] < pb.STAGE_EVALUATE
     assert [pb.Stage.Name(stage) for stage in bounded.uploads] == [

@@ -1,12 +1,12 @@
-"""The collaborator's steps in a training round's bounded sum: SHARE its encoded update, DECIDE on the verdict record.
+"""The collaborator's steps in a training round's bounded sum: SHARE, DECIDE on the verdict record, VERIFY the total.
 
 Under ``[secure_aggregation] input_bound = "two_verifiers"`` a training round runs
 :data:`~fedfair.secagg.bounded.stages.BOUNDED_ROUND` instead of the masking stages
-(:data:`~fedfair.runtime.contract.BOUNDED_TRAINING`). A site uploads twice: at SHARE, once it checked the round's
-public parameters against its plan and every relayed certificate against its manifest, its update encoded within
-its bound and the witness that proves it (:class:`~fedfair.secagg.bounded.peers.BoundedSite`); at DECIDE, its
-verdict once the aggregator's signed verdict record holds up against both verifiers' evidence. A record that does
-not stops the site, as a refused verified sum does.
+(:data:`~fedfair.runtime.contract.BOUNDED_TRAINING`). A site uploads at SHARE, once it checked the round's public
+parameters and every relayed certificate, its update encoded within its bound with the witness that proves it
+(:class:`~fedfair.secagg.bounded.peers.BoundedSite`); at DECIDE, once the signed verdict record holds up (kept in its
+folder first), its signed tags of the total the record commits to; at VERIFY, its verdict once every accepted site's
+tags check that total, which its model chain then steps. A record or a total that does not hold up stops the site.
 
 Why: docs/security.md, "Bounded inputs (two verifiers)".
 """
@@ -14,10 +14,10 @@ Why: docs/security.md, "Bounded inputs (two verifiers)".
 from __future__ import annotations
 
 import hashlib
-
 import logging
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.secagg.bounded.layout import squared_bound
 from fedfair.secagg.bounded.parameters import round_parameters
 from fedfair.secagg.bounded.peers import BoundedSite
-from fedfair.secagg.bounded.record import RoundFindings
+from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord
 from fedfair.secagg.bounded.shares import encode_within_bound, honest_witness
 from fedfair.secagg.round import RoundSetup
 from fedfair.secagg.pieces import Pieces, placed
@@ -117,13 +117,16 @@ def share(me: Participant, work: Work, inputs: StageInput) -> bytes:
 
 
 def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
-    """DECIDE: this site's own check of the verdict record; its verdict once the record holds up.
+    """DECIDE: this site's own check of the verdict record; its signed tags of the total once the record holds up.
 
-    The liars the record names are logged by name, with the reasons this site's own check gave.
+    The record's bytes are kept in this site's folder before the tags leave (:func:`record_path`), so the liars it
+    names, and the total it commits the aggregator to, can be shown later; the liars are logged by name, with the
+    reasons this site's own check gave.
 
     Raises:
-        VerificationError: the record does not hold up against both verifiers' signed evidence (FORGED), or is
-            unreadable (MALFORMED): the aggregator misbehaves, and the process stops rather than withdraw.
+        VerificationError: the record does not hold up against both verifiers' signed evidence and the auditor's
+            signed total (FORGED), or is unreadable (MALFORMED): the aggregator misbehaves, and the process stops
+            rather than withdraw.
         RefusedError: reason :attr:`Refusal.WITHDRAWN` when this site did not share this round, or the record names
             it a liar (its own proof failed: its update is not in the sum).
     """
@@ -134,30 +137,77 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
         raise RefusedError(Refusal.WITHDRAWN, spec.unready)
     assert spec.received is not None  # DECIDE's input is the signed verdict record
     try:
-        record = spec.received(inputs)
+        record: VerdictRecord = spec.received(inputs)
     except ProtocolError as error:
         raise VerificationError(
             work.round, VerifyReason.MALFORMED, f"the verdict record is unreadable: {error}"
         ) from None
     try:
-        findings: RoundFindings = spec.step(site, record, _not_asked)
+        findings: RoundFindings = site.check(record)
     except (AuthenticationError, ProtocolError) as error:
         raise VerificationError(
             work.round, VerifyReason.FORGED, f"the verdict record does not hold up against its evidence: {error}"
         ) from None
+    kept = keep_record(me, work.round, bytes(inputs))
     for party, reasons in sorted(findings.liars.items()):
         logger.warning(
             "%s: round %d: the verdict record names %s: its proof failed (%s); it is not in the sum (the record's "
-            "sha256 %s, as rounds.jsonl verdict_record_sha256 names it)",
+            "sha256 %s, as rounds.jsonl verdict_record_sha256 names it%s)",
             me.name,
             work.round,
             work.roster[party - 1],
             "; ".join(reasons),
             hashlib.sha256(inputs).hexdigest(),
+            "" if kept is None else f"; kept as {kept}",
         )
     if site.party not in findings.accepted:
         raise RefusedError(Refusal.WITHDRAWN, "the verdict record leaves this site's update out of the sum")
+    return bytes(spec.step(site, record, _not_asked).to_bytes())
+
+
+def verify(me: Participant, work: Work, inputs: StageInput) -> bytes:
+    """VERIFY: check the total against every accepted site's tags (`inputs`); the model chain steps the total.
+
+    Raises:
+        VerificationError: naming the round and the reason (FORGED, MISSING_TAG, BAD_TAG, MALFORMED): nothing of the
+            round is applied, and the process stops rather than withdraw.
+        RefusedError: reason :attr:`Refusal.WITHDRAWN` when this site did not take DECIDE this round.
+    """
+    spec = work.stages.protocol.verify_stages[0]
+    site = work.client
+    if not isinstance(site, BoundedSite) or not site.tagged:
+        raise RefusedError(Refusal.WITHDRAWN, "this site tagged no bounded total this round")
+    assert spec.received is not None  # VERIFY's input is the tag set
+    try:
+        tags = spec.received(inputs)
+    except ProtocolError as error:
+        raise VerificationError(work.round, VerifyReason.MALFORMED, f"the tags are unreadable: {error}") from None
+    total = spec.step(site, tags, _not_asked)
+    accepted = [work.roster[party - 1] for party in site.accepted]
+    me.chain.verified_bounded(work.round, total, accepted)
     return ACCEPTED
+
+
+def record_path(me: Participant, round_number: int) -> Path | None:
+    """Where this site keeps round `round_number`'s verdict record: beside its config, or None without a folder."""
+    if me.folder is None:
+        return None
+    return me.folder / f"{me.name}.{me.shared.federation_id}.round-{round_number}.{RECORD_SUFFIX}"
+
+
+RECORD_SUFFIX = "verdict_record"
+"""A round's verdict record is kept as NAME.FEDERATION.round-N.verdict_record, its bytes as the site received them."""
+
+
+def keep_record(me: Participant, round_number: int, data: bytes) -> Path | None:
+    """Keep the verdict record's bytes in this site's folder (written whole, then renamed); its path, or None."""
+    path = record_path(me, round_number)
+    if path is None:
+        return None
+    partial = path.with_name(path.name + ".partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)
+    return path
 
 
 def site_setup(me: Participant, parameters: RoundParameters) -> RoundSetup:

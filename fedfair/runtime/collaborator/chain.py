@@ -65,11 +65,9 @@ class ModelChain:
     def active(self) -> bool:
         """Whether the plan verifies its training sums (secure aggregation): only then is there a chain.
 
-        Not under a two-verifier input bound: its training rounds run the bounded sum, whose total no site
-        receives or verifies (docs/security.md, "Bounded inputs"), so no model after round 1 could be checked.
+        Masked or bounded: under a two-verifier input bound each accepted site verifies the bounded total (VERIFY).
         """
-        secure = self._shared.secure_aggregation
-        return secure.enabled and not secure.bounds_inputs
+        return self._shared.secure_aggregation.enabled
 
     @property
     def anchor(self) -> Anchor | None:
@@ -149,13 +147,38 @@ class ModelChain:
         own checks void it. A state in a file is stepped a piece at a time, its sum decoded by piece where the
         encoding allows. The anchor is kept on disk before this returns (before the site's verdict leaves).
         """
-        anchor = self._anchor
-        if not self.active or anchor is None or round_number != anchor.round:
+        if self._checks(round_number):
+            self._step(round_number, self._decoded(words, len(survivors), encoder), survivors, encoder.config.clip)
+
+    def verified_bounded(self, round_number: int, total: np.ndarray, survivors: Collection[str]) -> None:
+        """Apply the plan's server step to training round `round_number`'s verified bounded total.
+
+        `total` is the bounded sum's total this site verified (signed integers, 2^f times the accepted sites'
+        weighted updates), decoded as the aggregator's :meth:`~fedfair.secagg.bounded.server.BoundedServer.finish`
+        decodes it: its weight the plan's total for `survivors` (the accepted sites), each of whose stochastic
+        rounding moved a coordinate by under 2^-f. Then as :meth:`verified`.
+        """
+        if not self._checks(round_number):
             return
+        secure = self._shared.secure_aggregation
+        agreed = self._shared.influence.total_weight(survivors, self._shared.batch_fraction)
+        values = np.ldexp(total.astype(np.float64), -secure.fractional_bits)
+        error_bound = len(survivors) * 2.0**-secure.fractional_bits
+        decoded = DecodedSum.of(values, agreed, error_bound, len(survivors))
+        self._step(round_number, decoded, survivors, secure.encoding().clip)
+
+    def _checks(self, round_number: int) -> bool:
+        """Whether this site checks training round `round_number`'s model: it holds that round's anchor."""
+        anchor = self._anchor
+        return self.active and anchor is not None and round_number == anchor.round
+
+    def _step(self, round_number: int, decoded: DecodedSum, survivors: Collection[str], clip: float) -> None:
+        """The plan's server step applied to a verified sum, held to every bound the aggregator applies."""
+        anchor = self._anchor
+        assert anchor is not None  # _checks found it
         state, shared = anchor.state, self._shared
         agreed = shared.influence.total_weight(survivors, shared.batch_fraction)
-        decoded = self._decoded(words, len(survivors), encoder)
-        breach = encoding_breach(decoded, encoder.config.clip) or influence_breach(
+        breach = encoding_breach(decoded, clip) or influence_breach(
             decoded, agreed, shared.influence.update_norm, state.dimension, sorted(survivors)
         )
         if breach is not None:

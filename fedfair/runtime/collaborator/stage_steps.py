@@ -33,7 +33,7 @@ def round_steps(stages: Stages) -> dict[pb.Stage, Step]:
     A stage of the round's declaration runs its client's step, unless the runtime adds to it: the first checks
     the round's parameters and starts the client, masking encodes the contribution (or sends it plain), the
     survivors' signature is bound on disk first, and the verifying stages stop the site on a bad sum. In the
-    bounded sum a site takes SHARE and DECIDE alone, each the runtime's own.
+    bounded sum a site takes SHARE, DECIDE and VERIFY alone, each the runtime's own.
     """
     protocol = stages.protocol
     runtime: dict[StageSpec, Step]
@@ -41,6 +41,7 @@ def round_steps(stages: Stages) -> dict[pb.Stage, Step]:
         runtime = {
             protocol.spec(protocol.contribution): bounded_steps.share,
             protocol.spec(protocol.committed): bounded_steps.decide,
+            protocol.verify_stages[0]: bounded_steps.verify,
         }
     else:
         runtime = {
@@ -48,9 +49,9 @@ def round_steps(stages: Stages) -> dict[pb.Stage, Step]:
             protocol.spec(SecAggStage.MASK): masked,
             protocol.spec(SecAggStage.CONSISTENCY): consistency,
         }
-    if protocol.verify_stages:
-        runtime[protocol.verify_stages[0]] = tag
-        runtime[verdicts_stage(protocol)] = verdict
+        if protocol.verify_stages:
+            runtime[protocol.verify_stages[0]] = tag
+            runtime[verdicts_stage(protocol)] = verdict
     return {stages.wire(spec): runtime.get(spec) or client_step(spec) for spec in protocol.stages(True)}
 
 

@@ -79,7 +79,7 @@ def input_limit(task: pb.Task, collaborators: int, parameters: int, evaluation_w
     The final bundle (a fixed cap plus the model's size), a start stage's encoder (a fixed cap), the claimed sum
     of verified aggregation (a fixed part plus the model's size; an evaluation's, `evaluation_words`, the length
     its plan gives that round's evaluation or statistics sums), a bounded sum's verdict record (both verifiers'
-    messages per site, from the model's size), or a secure-aggregation stage (a fixed part plus one per party of
+    messages per site and the total, from the model's size), or a secure-aggregation stage (a fixed part plus one per party of
     the plan's roster). The survivors' inputs that a sum is re-summed from are admitted with the
     claim up to RESUMMED_WORDS, and above it with the tag set (a round with a missing tag), never with both.
     """
@@ -99,9 +99,10 @@ def input_limit(task: pb.Task, collaborators: int, parameters: int, evaluation_w
     tags = BASE_STAGE_BYTES + PER_PARTY_STAGE_BYTES * collaborators
     if task.binding.stage == pb.STAGE_BOUNDED_DECIDE:
         # The verdict record: per site, both verifiers' signed messages, each of at most d / 8 field elements and
-        # the witness's room (as a verifier's upload is bounded), d at most 4 (parameters + 2) as for a claim.
+        # the witness's room (as a verifier's upload is bounded), d at most 4 (parameters + 2) as for a claim; and
+        # the total, the claimed share-sum and the auditor's total, d elements each.
         words = 4 * (parameters + 2)
-        return tags + collaborators * 2 * field.ELEMENT_BYTES * (words // 8 + WITNESS_ROOM)
+        return tags + field.ELEMENT_BYTES * (collaborators * 2 * (words // 8 + WITNESS_ROOM) + 2 * words)
     if task.binding.stage == pb.STAGE_VERIFY_TAGS:
         # Above RESUMMED_WORDS a round with a missing tag sends the survivors' inputs with the tags, to re-sum.
         return tags + fallback_tag_set_bytes(collaborators, 4 * (parameters + 2))

@@ -25,6 +25,7 @@ class Stage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STAGE_BOUNDED_MESSAGES: _ClassVar[Stage]
     STAGE_BOUNDED_TOTAL: _ClassVar[Stage]
     STAGE_BOUNDED_DECIDE: _ClassVar[Stage]
+    STAGE_BOUNDED_VERIFY: _ClassVar[Stage]
     STAGE_EVALUATE: _ClassVar[Stage]
     STAGE_EVAL_ADVERTISE_KEYS: _ClassVar[Stage]
     STAGE_EVAL_SHARE_KEYS: _ClassVar[Stage]
@@ -71,6 +72,7 @@ STAGE_BOUNDED_ROSTERS: Stage
 STAGE_BOUNDED_MESSAGES: Stage
 STAGE_BOUNDED_TOTAL: Stage
 STAGE_BOUNDED_DECIDE: Stage
+STAGE_BOUNDED_VERIFY: Stage
 STAGE_EVALUATE: Stage
 STAGE_EVAL_ADVERTISE_KEYS: Stage
 STAGE_EVAL_SHARE_KEYS: Stage

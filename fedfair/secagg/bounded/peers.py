@@ -2,8 +2,9 @@
 
 Each method is one stage's client step of :data:`~fedfair.secagg.bounded.stages.BOUNDED_ROUND`: it takes the
 stage's input and returns the upload; none does I/O. A site uploads in SHARE (its two parts, once the auditor's
-round key checks) and DECIDE (its own check of the verdict record); the auditor, the second verifier, in every
-other stage, through the aggregator, which relays what the two verifiers say to each other.
+round key checks), DECIDE (once the verdict record holds up, its signed tags of the total) and VERIFY (its verdict
+on the total, once every accepted site's tags check it); the auditor, the second verifier, in every other stage,
+through the aggregator, which relays what the two verifiers say to each other.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.parameters import BoundedParameters
 from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord, check_round_evidence
 from fedfair.secagg.bounded.shares import Witness, honest_witness
+from fedfair.secagg.bounded.total import SiteTags, TagSet, record_digest, sign_tags, verified_total
 from fedfair.secagg.bounded.upload import make_uploads
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import RoundVerifier
@@ -44,6 +46,12 @@ class BoundedSite:
         self._identity_key = identity_key
         self._witness = witness
         self._context: BoundedContext | None = None
+        self._share: np.ndarray | None = None
+        """This site's explicit share of its input, as the aggregator holds it: what its tags are of."""
+        self._record: tuple[bytes, VerdictRecord, RoundFindings] | None = None
+        """The verdict record this site checked (its digest, itself, the findings), once DECIDE took it."""
+        self.tagged = False
+        """Whether this site tagged the record's total (DECIDE): only then does it verify it (VERIFY)."""
 
     def share(self, round_key: SignedRoundKey, encoded: np.ndarray) -> SiteShare:
         """SHARE: the site's two parts of its ``encoded`` update, the auditor's sealed to the checked round key.
@@ -55,17 +63,61 @@ class BoundedSite:
         checked = round_key.checked(self.parameters.auditor_key, self.parameters.binding)
         self._context = self.parameters.context(checked)
         leader, sealed = make_uploads(self._context, self.party, self._identity_key, encoded, self._witness)
+        self._share = leader.share.inputs[: self._context.dimension]
         return SiteShare(leader, sealed)
 
-    def decide(self, record: VerdictRecord) -> RoundFindings:
-        """DECIDE: the site's own check of the verdict record (who is in the sum, who was excluded and why).
+    def check(self, record: VerdictRecord) -> RoundFindings:
+        """The site's own check of the verdict record (who is in the sum, who was excluded and why); kept for VERIFY.
 
         Raises:
             AuthenticationError, ProtocolError: the record does not hold up (:func:`check_round_evidence`).
         """
         if self._context is None:
             raise ProtocolError(f"party {self.party} was sent a verdict record before it shared its update")
-        return check_round_evidence(self._context, record)
+        findings = check_round_evidence(self._context, record)
+        self._record = (record_digest(record.to_bytes(self._context)), record, findings)
+        return findings
+
+    def decide(self, record: VerdictRecord) -> SiteTags:
+        """DECIDE: once the record holds up (:meth:`check`), this site's signed tags of its share under its challenge.
+
+        Raises:
+            AuthenticationError, ProtocolError: the record does not hold up, or leaves this site out of the sum (it
+                has nothing to tag).
+        """
+        checked = self._record
+        findings = checked[2] if checked is not None and checked[1] is record else self.check(record)
+        assert self._context is not None and self._share is not None and self._record is not None  # set by share
+        if self.party not in findings.accepted:
+            raise ProtocolError(f"the verdict record leaves party {self.party}'s update out of the sum")
+        tags = sign_tags(self._context, self._record[0], self.party, self._share, self._identity_key)
+        self.tagged = True
+        return tags
+
+    @property
+    def accepted(self) -> tuple[int, ...]:
+        """The sites in the sum, as the verdict record this site checked says (none before DECIDE)."""
+        return () if self._record is None else self._record[2].accepted
+
+    def verify(self, tag_set: TagSet) -> np.ndarray:
+        """VERIFY: the round's total (signed integers, encoded scale), once every accepted site's tags check it.
+
+        Raises:
+            VerificationError: the total cannot be checked or is not the accepted sites' sum (:func:`verified_total`).
+            ProtocolError: this site has checked no verdict record this round.
+        """
+        if self._context is None or self._record is None:
+            raise ProtocolError(f"party {self.party} was sent tags before it checked a verdict record")
+        digest, record, findings = self._record
+        return verified_total(
+            self._context,
+            digest,
+            findings.accepted,
+            record.claimed,
+            record.auditor.total,
+            tag_set,
+            self.parameters.site_keys,
+        )
 
 
 class Auditor:

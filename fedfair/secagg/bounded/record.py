@@ -1,7 +1,8 @@
 """DECIDE: the verdict record every site receives, the check each site runs on it, and how a dispute is settled.
 
-The aggregator signs a :class:`VerdictRecord`: who was accepted, who was excluded and why, and for every
-decided party the :class:`~fedfair.secagg.bounded.verifier.Evidence` (both verifiers' signed messages).
+The aggregator signs a :class:`VerdictRecord`: who was accepted, who was excluded and why, for every
+decided party the :class:`~fedfair.secagg.bounded.verifier.Evidence` (both verifiers' signed messages), and the
+total it applies: its claimed share-sum and the auditor's signed total (checked in VERIFY, :mod:`.total`).
 :func:`check_round_evidence` verifies every signature and re-runs the public ``decide`` per party, so a
 site refuses a record whose verdicts do not follow from its evidence (an honest party marked excluded,
 a liar marked accepted) and names who lied: an excluded party, or the verifier whose message fails.
@@ -10,13 +11,17 @@ a liar marked accepted) and names who lied: an excluded party, or the verifier w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 
+import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import AuthenticationError, ProtocolError
 from fedfair.pki import identity
+from fedfair.secagg.bounded import field as prime_field
 from fedfair.secagg.bounded.context import BoundedContext
+from fedfair.secagg.bounded.exchange import AuditorTotal
 from fedfair.secagg.bounded.shares import SEED_BYTES, HelperShare
 from fedfair.secagg.bounded.upload import LeaderUpload, helper_digest, leader_digest, statement
 from fedfair.secagg.bounded.verifier import Evidence, Role, Verdict, Verifier, VerifierMessage, check_evidence, decide
@@ -32,6 +37,8 @@ class VerdictRecord:
     accepted: the parties in the sum, in increasing order.
     excluded: party -> the reasons its proof failed, for each party left out of the sum.
     evidence: party -> both verifiers' signed messages, for every accepted and excluded party.
+    claimed: the aggregator's claimed share-sum: the sum of the accepted parties' explicit shares (d elements).
+    auditor: the auditor's signed total over the accepted parties; the round's total is claimed + auditor.total.
     signature: the aggregator's identity signature over the rest, bound to the round's context.
     """
 
@@ -39,6 +46,8 @@ class VerdictRecord:
     accepted: tuple[int, ...]
     excluded: dict[int, tuple[str, ...]]
     evidence: dict[int, Evidence]
+    claimed: np.ndarray = field(compare=False)
+    auditor: AuditorTotal = field(compare=False)
     signature: bytes = b""
 
     def body(self, context: BoundedContext) -> bytes:
@@ -53,6 +62,7 @@ class VerdictRecord:
             item = self.evidence[party]
             writer.u32(party).blob(item.leader_message).blob(item.leader_signature)
             writer.blob(item.helper_message).blob(item.helper_signature)
+        writer.blob(np.ascontiguousarray(self.claimed, dtype="<u8").tobytes()).blob(self.auditor.to_bytes())
         return b"fedfair bounded v1 verdict record\x00" + writer.getvalue()
 
     def to_bytes(self, context: BoundedContext) -> bytes:
@@ -85,15 +95,14 @@ class VerdictRecord:
             evidence[party] = Evidence(
                 reader.blob(), reader.blob(SIGNATURE_LIMIT), reader.blob(), reader.blob(SIGNATURE_LIMIT)
             )
+        claimed, auditor = _elements(reader.blob()), AuditorTotal.from_bytes(reader.blob())
         reader.finish()
-        return cls(query_seed, accepted, excluded, evidence, signature)
+        return cls(query_seed, accepted, excluded, evidence, claimed, auditor, signature)
 
 
 def sign_record(context: BoundedContext, key: ec.EllipticCurvePrivateKey, record: VerdictRecord) -> VerdictRecord:
     """``record`` signed by the aggregator's identity key."""
-    return VerdictRecord(
-        record.query_seed, record.accepted, record.excluded, record.evidence, identity.sign(key, record.body(context))
-    )
+    return dataclasses.replace(record, signature=identity.sign(key, record.body(context)))
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,8 @@ def check_round_evidence(context: BoundedContext, record: VerdictRecord) -> Roun
             is not signed by the verifier it is from (the error names it).
         ProtocolError: a verdict does not follow from its evidence, a party is both accepted and excluded, or
             a decided party has no evidence (the aggregator's record is false; the error names the party).
+        AuthenticationError, ProtocolError: the record's total is not the auditor's signed total over exactly the
+            parties it accepts, or not d elements (:func:`_check_total`).
     """
     if not identity.is_valid_signature(context.aggregator_key, record.signature, record.body(context)):
         raise AuthenticationError("the verdict record is not signed by the aggregator for this round")
@@ -146,7 +157,35 @@ def check_round_evidence(context: BoundedContext, record: VerdictRecord) -> Roun
             )
         if not verdict.accepted:
             liars[party] = verdict.reasons
+    _check_total(context, record)
     return RoundFindings(tuple(sorted(record.accepted)), liars)
+
+
+def _check_total(context: BoundedContext, record: VerdictRecord) -> None:
+    """Refuse a record whose total is not the auditor's signed one over its accepted parties, or not d elements.
+
+    Raises:
+        AuthenticationError: the auditor's total is not signed by the auditor for this round (swapped).
+        ProtocolError: it covers other parties than the record accepts, or a vector is not the round's dimension.
+    """
+    auditor = record.auditor
+    if not identity.is_valid_signature(context.auditor_key, auditor.signature, auditor.signed_bytes(context.digest)):
+        raise AuthenticationError(
+            "the auditor's total in the verdict record is not signed by the auditor for this round"
+        )
+    if auditor.accepted != tuple(record.accepted):
+        raise ProtocolError("the auditor's total in the verdict record covers other parties than the record accepts")
+    if record.claimed.shape != (context.dimension,) or auditor.total.shape != (context.dimension,):
+        raise ProtocolError(f"the verdict record's total is not {context.dimension} field elements")
+
+
+def _elements(data: bytes) -> np.ndarray:
+    if len(data) % prime_field.ELEMENT_BYTES:
+        raise ProtocolError("malformed verdict record: its claimed share-sum is not a whole number of field elements")
+    elements = np.frombuffer(data, dtype="<u8").astype(np.uint64)
+    if np.any(elements >= np.uint64(prime_field.P)):
+        raise ProtocolError("the verdict record's claimed share-sum holds a value that is not a field element")
+    return elements
 
 
 def settle(

@@ -11,12 +11,13 @@ import math
 
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.core.errors import ConfigError, ProtocolError
+from fedfair.core.errors import AuthenticationError, ConfigError, ProtocolError
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.exchange import AuditorTotal, Commitments, Reveal, Roster, SeedReveal
 from fedfair.secagg.bounded.messages import Encoded, Exchange, SeedRelay, ShareOpening, SignedRoundKey, SiteShare
 from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.parameters import BoundedParameters, round_parameters
+from fedfair.secagg.bounded.total import SiteTags, TagSet, record_digest, tags_add_up
 from fedfair.secagg.bounded.upload import SealedSeed
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import BoundedSum, RoundVerifier
@@ -50,6 +51,7 @@ class BoundedServer:
         self._reveal: Reveal | None = None
         self._record = b""
         self._result: BoundedSum | None = None
+        self._tags: dict[int, SiteTags] = {}
 
     @classmethod
     def for_round(cls, config: SecAggConfig, setup: RoundSetup) -> BoundedServer:
@@ -138,6 +140,36 @@ class BoundedServer:
             raise ProtocolError("the auditor's total has not arrived: no site decides on a round without its sum")
         self._record = self._leader.record().to_bytes(self.context)
         return Opening(self._leader.present, Encoded(self._record))
+
+    def receive_tags(self, tags: SiteTags) -> None:
+        """DECIDE: an accepted site's signed tags of the total (refused: ProtocolError or AuthenticationError)."""
+        if tags.party not in self.outcome.accepted or tags.party in self._tags:
+            raise ProtocolError(f"party {tags.party} is not in the bounded sum, or sent its tags twice")
+        if not tags.is_signed(self.context, record_digest(self._record), self.parameters.site_keys[tags.party]):
+            raise AuthenticationError(f"party {tags.party}'s tags are not signed by it over this round's record")
+        self._tags[tags.party] = tags
+
+    def tags_withheld(self) -> str | None:
+        """Why the sites' tags must not be relayed: one is missing, or they do not add up to the claimed share-sum.
+
+        Relayed, either would make every accepted site refuse the total; withheld, the round is void and the model
+        stays as it was, and a site that left at DECIDE is simply absent from the next round.
+        """
+        accepted = self.outcome.accepted
+        untagged = [party for party in accepted if party not in self._tags]
+        if untagged:
+            return (
+                f"no tags of the bounded sum's total from party {', '.join(map(str, untagged))}: nobody could check it"
+            )
+        claimed = self._leader.share_sum()
+        if not tags_add_up(record_digest(self._record), claimed, self._tags):
+            return "the accepted sites' tags do not add up to this aggregator's share-sum: a site tagged another share"
+        return None
+
+    def tag_set(self) -> Opening:
+        """Open VERIFY: every site that tagged is sent every accepted site's signed tags."""
+        tags = TagSet(tuple(self._tags[party] for party in sorted(self._tags)))
+        return Opening(tuple(sorted(self._tags)), tags)
 
     @property
     def outcome(self) -> BoundedSum:

@@ -3,8 +3,9 @@
 The parties are the real state machines and every message goes through its bytes, as a transport would
 carry it, looping over the stages of :data:`~fedfair.secagg.bounded.stages.BOUNDED_ROUND` as a runtime does:
 each stage's addressed parties take its step, the aggregator receives each upload and closes the stage. Identity
-keys are generated per call and pinned. A site's part can be made to go missing (it is then absent), and a site
-can lie (its encoded update over its bound, with a liar's witness).
+keys are generated per call and pinned. A site's part can be made to go missing (it is then absent), a site
+can lie (its encoded update over its bound, with a liar's witness), and the aggregator can lie about the total (its
+verdict record, re-signed, or the tags it relays), which every accepted site checks in VERIFY.
 """
 
 from __future__ import annotations
@@ -18,14 +19,17 @@ from typing import Any
 import numpy as np
 
 from fedfair.pki.identity import generate_identity_key
+from fedfair.core.errors import AuthenticationError, ProtocolError
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.messages import SeedRelay, SiteShare
 from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.parameters import BoundedParameters
-from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord
+from fedfair.secagg.bounded.messages import Encoded
+from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord, sign_record
 from fedfair.secagg.bounded.server import BoundedServer
 from fedfair.secagg.bounded.shares import Witness, honest_witness
-from fedfair.secagg.bounded.stages import BOUNDED_ROUND
+from fedfair.secagg.bounded.stages import BOUNDED_ROUND, BoundedStage
+from fedfair.secagg.bounded.total import SiteTags, TagSet
 from fedfair.secagg.bounded.upload import SealedSeed
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import BoundedSum
@@ -46,6 +50,9 @@ class BoundedTrace:
         seeds); record_bytes: the record each site downloads.
     culprits: the aggregator's server's culprits (:class:`~fedfair.secagg.round.SecureSum`): each excluded site
         with its reasons.
+    totals: per accepted site, the total it verified in VERIFY (signed integers, encoded scale).
+    refusals: per site, why it refused the record (DECIDE) or the total (VERIFY); such a site applies nothing.
+    withheld: why an aggregator runtime would have voided the round rather than relay the tags (None: it relays).
     """
 
     result: BoundedSum
@@ -59,6 +66,9 @@ class BoundedTrace:
     exchange_bytes: dict[Role, int] = field(default_factory=dict)
     record_bytes: int = 0
     culprits: dict[int, str] = field(default_factory=dict)
+    totals: dict[int, np.ndarray] = field(default_factory=dict)
+    refusals: dict[int, ProtocolError] = field(default_factory=dict)
+    withheld: str | None = None
 
 
 def simulate_bounded_round(
@@ -73,6 +83,9 @@ def simulate_bounded_round(
     missing_auditor_part: Collection[int] = (),
     noise_mu: float = 0.0,
     clock: Callable[[], float] = time.perf_counter,
+    forged_record: Callable[[VerdictRecord], VerdictRecord] | None = None,
+    forged_tags: Callable[[TagSet], TagSet] | None = None,
+    silent_at_decide: Collection[int] = (),
 ) -> BoundedTrace:
     """Run one bounded secure sum and return its trace.
 
@@ -81,8 +94,13 @@ def simulate_bounded_round(
     missing_aggregator_part: sites whose SHARE upload never reaches the aggregator (so neither part does).
     missing_auditor_part: sites whose sealed seed reaches the auditor corrupted, so it cannot open it.
     clock: what the seconds are read from (``time.process_time`` for CPU seconds).
+    forged_record: a hostile aggregator's change to its verdict record, which it signs again before sending it.
+    forged_tags: a hostile aggregator's change to the tag set it relays in VERIFY (relayed even where a runtime
+        would withhold it).
+    silent_at_decide: sites that check the record but whose tags never reach the aggregator (they left).
 
-    Raises whatever the protocol raises, e.g. AuthenticationError or ProtocolError when a site refuses the record.
+    A site that refuses the record or the total is kept in the trace's refusals; anything else the protocol raises
+    is raised.
     """
     site_keys = {party: generate_identity_key() for party in weights}
     aggregator_key, auditor_key = generate_identity_key(), generate_identity_key()
@@ -110,6 +128,9 @@ def simulate_bounded_round(
     site_seconds: dict[int, float] = {}
     upload_bytes: dict[int, int] = {}
     findings: dict[int, RoundFindings] = {}
+    totals: dict[int, np.ndarray] = {}
+    refusals: dict[int, ProtocolError] = {}
+    tags: list[SiteTags] = []
 
     def timed(role: Role, work: Callable[..., Any], *arguments: Any) -> Any:
         """``work(*arguments)``, its seconds counted to ``role``'s verifier."""
@@ -119,21 +140,41 @@ def simulate_bounded_round(
         return outcome
 
     def take(spec: StageSpec, party: int, received: Any) -> None:
-        """``party`` takes the stage's step; the aggregator receives its upload (a site's verdict: kept)."""
+        """``party`` takes the stage's step; the aggregator receives its upload (a site's verified total: kept)."""
+        if spec.stage is BoundedStage.DECIDE:
+            try:
+                findings[party] = peers[party].check(received)
+            except (AuthenticationError, ProtocolError) as error:
+                refusals[party] = error
+                return
+            if party not in findings[party].accepted:
+                return  # named a liar (or left out): it has nothing to tag
         if party == AUDITOR:
             outcome = timed(Role.HELPER, spec.step, peers[party], received, lambda: None)
         else:
             encoded = encoded_input(party)
             started = clock()
-            outcome = spec.step(peers[party], received, lambda: encoded)
+            try:
+                outcome = spec.step(peers[party], received, lambda: encoded)
+            except ProtocolError as error:
+                if spec.stage is not BoundedStage.VERIFY:
+                    raise
+                refusals[party] = error
+                return
             site_seconds[party] = site_seconds.get(party, 0.0) + clock() - started
         if spec.upload is None:
-            findings[party] = outcome
+            totals[party] = outcome
             return
+        if isinstance(outcome, SiteTags):
+            if party in silent_at_decide:
+                return
+            tags.append(outcome)
+            if forged_record is not None:
+                return  # the hostile aggregator relays what it was sent, whatever it signed
         data = outcome.to_bytes()
         if party == AUDITOR:
             trace_bytes[Role.HELPER] += len(data)
-        else:
+        elif spec.stage is BoundedStage.SHARE:
             upload_bytes[party] = len(data)
         if party in missing_aggregator_part:
             return
@@ -144,9 +185,22 @@ def simulate_bounded_round(
         timed(Role.LEADER, spec.receive, server, message)
 
     opening: Opening | None = BOUNDED_ROUND.open_sum(server)
-    for spec in BOUNDED_ROUND.sum_stages:
+    withheld, record_data = None, b""
+    for spec in BOUNDED_ROUND.stages(True):
+        if spec.stage is BoundedStage.VERIFY:
+            withheld = None if forged_record is not None else timed(Role.LEADER, server.tags_withheld)
+            if forged_record is not None or forged_tags is not None:
+                opening = _tag_opening(tags, forged_tags)
+            else:
+                opening = timed(Role.LEADER, BOUNDED_ROUND.open_verification, server, server.outcome)
         assert opening is not None  # every stage of the sum but its last opens the next
+        if spec.stage is BoundedStage.DECIDE and forged_record is not None:
+            record = forged_record(VerdictRecord.from_bytes(opening.inputs.to_bytes()))
+            forged = sign_record(server.context, aggregator_key, record).to_bytes(server.context)
+            opening = Opening(opening.among, Encoded(forged))
         data = None if opening.inputs is None else opening.inputs.to_bytes()
+        if spec.stage is BoundedStage.DECIDE:
+            record_data = data or b""
         if AUDITOR in opening.among and data is not None:
             relayed = opening.inputs.seeds if isinstance(opening.inputs, SeedRelay) else ()
             trace_bytes[Role.LEADER] += len(data) - sum(len(seed.to_bytes()) for seed in relayed)
@@ -157,7 +211,6 @@ def simulate_bounded_round(
                 received = spec.received(data) if role is None else timed(role, spec.received, data)
             take(spec, party, received)
         opening = None if spec.close is None else timed(Role.LEADER, spec.close, server)
-    record_data = server.record
     result: BoundedSum = timed(Role.LEADER, lambda: server.outcome)
     return BoundedTrace(
         result,
@@ -171,7 +224,18 @@ def simulate_bounded_round(
         trace_bytes,
         len(record_data),
         server.culprits,
+        totals,
+        refusals,
+        withheld,
     )
+
+
+def _tag_opening(tags: list[SiteTags], forged: Callable[[TagSet], TagSet] | None) -> Opening:
+    """VERIFY's opening as a hostile aggregator makes it: the tags it was sent, changed by ``forged``."""
+    tag_set = TagSet(tuple(sorted(tags, key=lambda item: item.party)))
+    if forged is not None:
+        tag_set = forged(tag_set)
+    return Opening(tuple(sorted(item.party for item in tags)), tag_set)
 
 
 def _corrupted(share: SiteShare) -> SealedSeed:

@@ -27,6 +27,7 @@ from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.peers import bounded_peer
 from fedfair.secagg.bounded.record import VerdictRecord
 from fedfair.secagg.bounded.server import BoundedServer
+from fedfair.secagg.bounded.total import CHALLENGE_ROWS, SiteTags, TagSet
 from fedfair.secagg.bounded.verifying import BoundedSum
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.round import MESSAGE_OVERHEAD_BYTES, Opening, SecureRound, StageSpec, small_upload
@@ -52,7 +53,10 @@ class BoundedStage(enum.IntEnum):
     TOTAL = 5
     """The auditor, sent the aggregator's signed messages: every present site decided, its signed total."""
     DECIDE = 6
-    """Each present site checks the signed verdict record and uploads its verdict (refusing, it stops)."""
+    """Each present site checks the signed verdict record (refusing, it stops); each accepted one uploads its signed
+    tags of its share under the challenge drawn from the record, which commits the total."""
+    VERIFY = 7
+    """Each accepted site is sent every accepted site's tags: it accepts the total only if they check it."""
 
 
 AUDITOR_STAGES = frozenset({BoundedStage.AUDITOR_KEY, BoundedStage.ROSTERS, BoundedStage.MESSAGES, BoundedStage.TOTAL})
@@ -85,9 +89,14 @@ def _the_auditor(_server: BoundedServer) -> Opening:
     return Opening((AUDITOR,), None)
 
 
-def _nothing_to_verify(_server: BoundedServer, _result: BoundedSum) -> Opening:
-    """A bounded sum has no verifying stages: its sites checked the verdict record in DECIDE."""
-    return Opening((), None)
+def _tag_set(server: BoundedServer, _result: BoundedSum) -> Opening:
+    """VERIFY opens once the sum is made: every site that tagged it is sent every accepted site's tags."""
+    return server.tag_set()
+
+
+def tags_upload(config: SecAggConfig) -> int:
+    """The largest DECIDE upload: a site's id, its tags and its signature."""
+    return MESSAGE_OVERHEAD_BYTES + field.ELEMENT_BYTES * CHALLENGE_ROWS
 
 
 BOUNDED_ROUND = SecureRound(
@@ -165,6 +174,22 @@ BOUNDED_ROUND = SecureRound(
             "verdicts on the evaluation verdict record",
             received=VerdictRecord.from_bytes,
             step=lambda site, record, _own: site.decide(record),
+            upload=SiteTags.from_bytes,
+            receive=BoundedServer.receive_tags,
+            close=None,
+            upload_bytes=tags_upload,
+            unready="no bounded share was sent this round",
+            withheld=BoundedServer.tags_withheld,
+        ),
+    ),
+    verify_stages=(
+        StageSpec(
+            BoundedStage.VERIFY,
+            "BOUNDED_VERIFY",
+            "verdicts on the bounded total",
+            "verdicts on the evaluation bounded total",
+            received=TagSet.from_bytes,
+            step=lambda site, tags, _own: site.verify(tags),
             upload=None,
             receive=None,
             close=None,
@@ -172,13 +197,12 @@ BOUNDED_ROUND = SecureRound(
             unready="no bounded share was sent this round",
         ),
     ),
-    verify_stages=(),
     server=BoundedServer.for_round,
     client=bounded_peer,
     open_sum=_the_auditor,
-    open_verification=_nothing_to_verify,
+    open_verification=_tag_set,
     contribution=BoundedStage.SHARE,
     committed=BoundedStage.DECIDE,
     auditor=AUDITOR,
 )
-"""The bounded secure sum: AUDITOR_KEY, SHARE, ROSTERS, MESSAGES, TOTAL, DECIDE."""
+"""The bounded secure sum: AUDITOR_KEY, SHARE, ROSTERS, MESSAGES, TOTAL, DECIDE; then VERIFY, which checks its total."""

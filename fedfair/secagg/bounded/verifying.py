@@ -104,6 +104,7 @@ class RoundVerifier:
         self.verdicts: dict[int, Verdict] = {}
         self.evidence: dict[int, Evidence] = {}
         self._noised_total: np.ndarray | None = None
+        self._auditor_total: AuditorTotal | None = None
 
     def receive_upload(self, upload: LeaderUpload | SealedSeed) -> None:
         """Keep a party's part once its signature checks.
@@ -222,16 +223,24 @@ class RoundVerifier:
 
         The noise is drawn once: asked again, the same total comes back (a fresh draw would let the two be averaged).
         """
-        self._expect(Step.DECIDED)
         if self._noised_total is not None:
             return self._noised_total
-        total = np.zeros(self.context.dimension, dtype=np.uint64)
-        for verifier in self._verifiers.values():
-            total = field.add(total, verifier.total())
+        total = self.share_sum()
         if self.context.noise_mu > 0:
             drawn = noise.skellam(self.context.noise_mu, self.context.dimension, os.urandom(32))
             total = field.add(total, field.from_signed(drawn))
         self._noised_total = total
+        return total
+
+    def share_sum(self) -> np.ndarray:
+        """The sum of this verifier's shares of the accepted parties' inputs (field elements), without noise.
+
+        The aggregator's is the share-sum its verdict record claims, which each accepted site checks (:mod:`.total`).
+        """
+        self._expect(Step.DECIDED)
+        total = np.zeros(self.context.dimension, dtype=np.uint64)
+        for verifier in self._verifiers.values():
+            total = field.add(total, verifier.total())
         return total
 
     def auditor_total(self) -> AuditorTotal:
@@ -243,12 +252,20 @@ class RoundVerifier:
         return AuditorTotal(unsigned.accepted, unsigned.total, signature)
 
     def record(self) -> VerdictRecord:
-        """DECIDE: the aggregator's signed verdict record, with both verifiers' signed messages for every party."""
+        """DECIDE: the aggregator's signed verdict record, with both verifiers' signed messages for every party.
+
+        It carries the total the aggregator applies: its claimed share-sum and the auditor's signed total (so it is
+        made once :meth:`finish` took the auditor's total).
+        """
         self._expect(Step.DECIDED)
         if self.role is not Role.LEADER:
             raise ProtocolError("the aggregator, not the auditor, sends the verdict record to the sites")
+        if self._auditor_total is None:
+            raise ProtocolError("the auditor's total has not arrived: the verdict record carries it")
         excluded = {party: self.verdicts[party].reasons for party in self.present if party not in self.accepted}
-        unsigned = VerdictRecord(self._query_seed, self.accepted, excluded, dict(self.evidence))
+        unsigned = VerdictRecord(
+            self._query_seed, self.accepted, excluded, dict(self.evidence), self.share_sum(), self._auditor_total
+        )
         return sign_record(self.context, self._identity_key, unsigned)
 
     def finish(self, auditor: AuditorTotal) -> BoundedSum:
@@ -266,6 +283,7 @@ class RoundVerifier:
             raise AuthenticationError("the auditor's total is not signed by the auditor for this round")
         if auditor.accepted != self.accepted or auditor.total.shape != (self.context.dimension,):
             raise ProtocolError("the auditor's total covers other parties, or another dimension, than this round's")
+        self._auditor_total = auditor
         total = field.to_signed(field.add(self.noised_total(), auditor.total))
         excluded = {party: self.verdicts[party].reasons for party in self.present if party not in self.accepted}
         absent = tuple(party for party in self.context.parties if party not in self.present)

@@ -34,6 +34,7 @@ def decided_round() -> tuple[Round, VerdictRecord, tuple[LeaderUpload, HelperSha
     from_leader, from_helper = game.exchange_until_reveal()
     game.leader.receive_reveal(from_helper)
     game.helper.receive_reveal(from_leader)
+    game.leader.finish(game.helper.auditor_total())
     return game, game.leader.record(), (liar_parts[0], liar_helper_share)
 
 

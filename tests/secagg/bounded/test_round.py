@@ -135,9 +135,11 @@ def test_each_verifier_adds_its_own_noise_outside_the_bound() -> None:
 def test_the_declaration_runs_every_stage_once_in_order_and_the_sites_last_verdict_ends_it() -> None:
     stages = [spec.stage for spec in BOUNDED_ROUND.stages(True)]
     assert stages == list(BoundedStage)
-    assert len({spec.wire for spec in BOUNDED_ROUND.sum_stages}) == len(BoundedStage)
-    last = BOUNDED_ROUND.sum_stages[-1]
-    assert last.stage is BoundedStage.DECIDE and last.upload is None and last.close is None
+    assert len({spec.wire for spec in BOUNDED_ROUND.stages(True)}) == len(BoundedStage)
+    decide = BOUNDED_ROUND.sum_stages[-1]
+    assert decide.stage is BoundedStage.DECIDE and decide.upload is not None and decide.close is None
+    (verify,) = BOUNDED_ROUND.verify_stages
+    assert verify.stage is BoundedStage.VERIFY and verify.upload is None and verify.close is None
 
 
 def test_a_round_key_not_signed_by_the_auditor_is_refused_by_every_site() -> None:
