@@ -6,11 +6,14 @@ FEDFAIR_TEST_LIAR fault: its update 1.01, 2.5 or 3.5 times its bound, proven wit
 named at its first round, in the aggregator's round record and by every honest site's own check of the verdict
 record, and the others' round applies, then every later one without it. An auditor started after the sites costs
 no round: the aggregator waits for it as for its quorum. A round's record keeps the digest of its verdict record,
-which each honest site logs beside the liar it names.
+which each honest site logs beside the liar it names. Each accepted site verifies every round's bounded total
+(VERIFY) and keeps its verdict record; its model chain steps the total, so it checks round 2's model and every
+output model, and ends with round 2's sum verified.
 """
 
 from __future__ import annotations
 
+import hashlib
 import tomllib
 from pathlib import Path
 
@@ -18,6 +21,7 @@ import pytest
 
 from fedfair import pki
 from fedfair.runtime.aggregator.checkpoint import read_round_log
+from fedfair.runtime.collaborator.chain_record import CHAIN_SUFFIX, read_anchor
 from fedfair.runtime.faults import LIAR_VARIABLE
 from fedfair.runtime.local.processes import FEDFAIR_COMMAND, Child, child_environment, start_collaborator
 from fedfair.runtime.local.workspace import Workspace, toml_text, write_pinned_manifest
@@ -94,6 +98,21 @@ def test_an_honest_bounded_federation_applies_every_round(tmp_path: Path, proces
     assert [record["status"] for record in log] == ["applied"] * ROUNDS, processes.tail()
     assert all(sorted(record["contributors"]) == list(NAMES) for record in log), log
     assert not any(record.get("excluded") for record in log), log
+    for name in NAMES:
+        checked_every_round(workspace, name, log)
+
+
+def checked_every_round(workspace: Workspace, name: str, log: list[dict[str, object]]) -> None:
+    """`name` kept each round's verdict record (the one whose digest the round's record names), and its model chain
+    verified the last round's bounded total and stepped it: it checked round 2's model, made of round 1's total."""
+    folder = workspace.configs[name].parent
+    federation = tomllib.loads(workspace.plan.read_text())["federation"]["id"]
+    for record in log:
+        kept = folder / f"{name}.{federation}.round-{record['round']}.verdict_record"
+        assert kept.exists(), (name, sorted(path.name for path in folder.iterdir()))
+        assert hashlib.sha256(kept.read_bytes()).hexdigest() == record["verdict_record_sha256"], (name, record)
+    anchor = read_anchor(folder / f"{name}.{federation}.{CHAIN_SUFFIX}", folder)
+    assert anchor.round == ROUNDS and anchor.verified and anchor.next is not None and not anchor.void, name
 
 
 @pytest.mark.slow
@@ -140,3 +159,4 @@ def test_a_liar_is_excluded_and_named_at_its_first_round_and_the_others_rounds_a
         assert site.wait(60) == 0, processes.tail()
         said = [line for line in site.lines if f"the verdict record names {liar}" in line]
         assert said and "round 1" in said[0] and f"sha256 {digest}" in said[0], (name, processes.tail())
+        checked_every_round(workspace, name, log)
