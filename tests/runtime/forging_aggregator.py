@@ -1,5 +1,5 @@
-"""A forging aggregator process: ``python forging_aggregator.py PLAN ROUND [sum|model|evaluation|initial]``: attacks that
-verification stops.
+"""A forging aggregator process: ``python forging_aggregator.py PLAN ROUND [sum|model|evaluation|initial|bounded]``:
+attacks that verification stops.
 
 It runs the real aggregator (``fedfair aggregator start --plan PLAN``) rewritten for training round ROUND.
 ``sum`` (the default): the unmasked sum has a word moved before it is decoded, so the model it applies is not
@@ -8,7 +8,10 @@ server's own check of the survivors' tags is skipped so that it shows every site
 all the same. ``model``: the true sum is claimed and verified, and the model the server step makes of it is
 flipped (theta negated) before it is sent for round ROUND + 1. ``evaluation``: as ``sum``, for the evaluation
 sums of round ROUND (the report's figures). ``initial``: round 1's model is the plan's initial model with +1.0 on
-its first weight (a backdoor; ROUND is ignored). Used by tests/runtime/test_verified_sums.py.
+its first weight (a backdoor; ROUND is ignored). ``bounded``: under a two-verifier input bound, the aggregator's
+share-sum of round ROUND's bounded sum has a coordinate moved before it claims it in its verdict record (and applies
+it), and its own check of the sites' tags is skipped. Used by tests/runtime/test_verified_sums.py and
+tests/runtime/test_bounded_processes.py.
 """
 
 from __future__ import annotations
@@ -20,7 +23,13 @@ import torch
 from fedfair.cli import main
 from fedfair.core import server as server_step
 from fedfair.core.algorithm import FedSRCVaR
-from fedfair.runtime.contract import EVALUATION, TRAINING, Stages, session_round
+import numpy as np
+
+from fedfair.runtime.contract import BOUNDED_TRAINING, EVALUATION, TRAINING, Stages, session_round
+from fedfair.secagg.bounded import field
+from fedfair.secagg.bounded import server as bounded_server
+from fedfair.secagg.bounded.verifier import Role
+from fedfair.secagg.bounded.verifying import RoundVerifier
 from fedfair.secagg.server import AggregateResult, Server
 
 
@@ -41,6 +50,28 @@ def forge(round_number: int, stages: Stages = TRAINING) -> None:
 
     setattr(Server, "finish", forged_finish)  # noqa: B010 -- the rewrite is the attack
     setattr(Server, "tags_add_up", relayed_anyway)  # noqa: B010
+
+
+def forge_bounded(round_number: int) -> None:
+    """Rewrite the aggregator's verifier so round `round_number`'s bounded share-sum is moved, claimed and applied."""
+    share_sum = RoundVerifier.share_sum
+    session = session_round(round_number, BOUNDED_TRAINING)
+
+    def forged_share_sum(verifier: RoundVerifier) -> np.ndarray:
+        total = share_sum(verifier)
+        if verifier.role is Role.LEADER and verifier.context.round == session:
+            # 2^12 in the encoded scale (2^-f of a unit at f = 12: one coordinate of w * delta moved by 1): within
+            # every bound the aggregator checks, so only the sites' verification can tell.
+            moved = np.zeros_like(total)
+            moved[0] = 1 << 12
+            total = field.add(total, moved)
+        return total
+
+    def relayed_anyway(_digest: bytes, _claimed: np.ndarray, _tags: object) -> bool:
+        return True  # the server's own check of the tags (every round; the others are honest anyway)
+
+    setattr(RoundVerifier, "share_sum", forged_share_sum)  # noqa: B010 -- the rewrite is the attack
+    setattr(bounded_server, "tags_add_up", relayed_anyway)  # noqa: B010
 
 
 def flip(round_number: int) -> None:
@@ -81,6 +112,8 @@ if __name__ == "__main__":
         flip(forged_round)
     elif sys.argv[3:] == ["initial"]:
         backdoor_initial()
+    elif sys.argv[3:] == ["bounded"]:
+        forge_bounded(forged_round)
     else:
         forge(forged_round, EVALUATION if sys.argv[3:] == ["evaluation"] else TRAINING)
     sys.exit(main(["aggregator", "start", "--plan", plan]))

@@ -14,6 +14,7 @@ output model, and ends with round 2's sum verified.
 from __future__ import annotations
 
 import hashlib
+import sys
 import tomllib
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from fedfair.runtime.local.processes import FEDFAIR_COMMAND, Child, child_enviro
 from fedfair.runtime.local.workspace import Workspace, toml_text, write_pinned_manifest
 from fedfair.runtime.plan.input_bound import TWO_VERIFIERS
 from tests.runtime.harness import Processes, eventually, new_workspace
+from tests.runtime.test_verified_sums import FORGER
 
 NAMES = ("site-a", "site-b", "site-c")
 AUDITOR = "audit-co"
@@ -113,6 +115,31 @@ def checked_every_round(workspace: Workspace, name: str, log: list[dict[str, obj
         assert hashlib.sha256(kept.read_bytes()).hexdigest() == record["verdict_record_sha256"], (name, record)
     anchor = read_anchor(folder / f"{name}.{federation}.{CHAIN_SUFFIX}", folder)
     assert anchor.round == ROUNDS and anchor.verified and anchor.next is not None and not anchor.void, name
+
+
+@pytest.mark.slow
+def test_a_forged_bounded_total_is_refused_by_every_site_naming_the_round(tmp_path: Path, processes: Processes) -> None:
+    """The aggregator moves round 2's claimed share-sum (tests/runtime/forging_aggregator.py, ``bounded``), applies it
+    and relays the sites' tags without its own check: every site refuses round 2's total (FORGED) and stops."""
+    workspace = bounded_workspace(tmp_path)
+    aggregator = Child(
+        "aggregator",
+        [sys.executable, str(FORGER), str(workspace.plan), str(ROUNDS), "bounded"],
+        env=child_environment(),
+        sink=processes.log,
+        watch="listening on port",
+    )
+    processes.children.append(aggregator)
+    assert aggregator.seen.wait(120) and aggregator.process.poll() is None, processes.tail()
+    start_auditor(processes, workspace)
+    sites = {name: processes.collaborator(workspace, name) for name in NAMES}
+    for name, site in sites.items():
+        assert site.wait(240) == 2, (name, processes.tail())
+        said = "\n".join(site.lines)
+        assert f"aggregate-refused: round {ROUNDS}:" in said and "FORGED" in said, (name, said[-3000:])
+        assert "do not add up to the aggregator's claimed share-sum" in said, (name, said[-3000:])
+    first = read_round_log(workspace.output)[0]
+    assert first["round"] == 1 and first["status"] == "applied", first
 
 
 @pytest.mark.slow
