@@ -154,7 +154,7 @@ def test_the_auditor_process_serves_a_bounded_rounds_auditor_stages(
     served.board.new_round(1)
     verdicts: dict[str, bytes] = {}
     opening: Opening | None = BOUNDED_ROUND.open_sum(server)
-    for spec in BOUNDED_ROUND.sum_stages:
+    for spec in BOUNDED_ROUND.stages(True):
         assert opening is not None
         inputs = parameters.to_bytes() if opening.inputs is None else opening.inputs.to_bytes()
         stage = BOUNDED_TRAINING.wire(spec)
@@ -178,8 +178,12 @@ def test_the_auditor_process_serves_a_bounded_rounds_auditor_stages(
                     verdicts[name] = bytes(upload)
                 else:
                     handler(name, upload)
-        opening = None if spec.close is None else spec.close(server)
-    # Every site accepted the verdict record the two verifiers' evidence makes, and the sum is every site's.
+        if spec is BOUNDED_ROUND.sum_stages[-1]:  # the sum is made: every site that tagged it verifies its total
+            opening = BOUNDED_ROUND.open_verification(server, server.finish())
+        else:
+            opening = None if spec.close is None else spec.close(server)
+    # Every site accepted the verdict record the two verifiers' evidence makes and verified the total, which is
+    # every site's sum.
     assert verdicts == dict.fromkeys(COLLABORATORS, ACCEPTED)
     result = server.finish()
     assert tuple(config.name_of(party) for party in result.contributors) == COLLABORATORS
