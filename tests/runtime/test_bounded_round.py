@@ -19,10 +19,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from cryptography.hazmat.primitives import serialization
 
+from fedfair.core import server as server_step
 from fedfair.core.errors import ConfigError, Refusal, RefusedError, VerificationError, VerifyReason
 from fedfair.pki import load_certificate, load_private_key
 from fedfair.runtime import manifest as manifests
@@ -40,6 +42,7 @@ from fedfair.runtime.contract import (
     TRAINING,
     RoundParameters,
     model_digest,
+    model_download,
     relayed_keys,
     round_setup,
 )
@@ -392,3 +395,34 @@ def test_under_the_mode_a_site_keeps_a_model_chain_and_the_auditor_is_named_by_t
     config = parameters.secagg_config(bounded.loaded.federation_id, BOUNDED_TRAINING)
     with pytest.raises(ConfigError, match="has an auditor: name it in the round's setup"):
         BOUNDED_ROUND.names(config, RoundSetup(bounded.driver.verify))
+
+
+def test_a_sites_chain_steps_the_verified_total_as_the_aggregator_does_and_voids_one_over_the_bound(
+    bounded: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The total a site verified makes, bit for bit, the model the aggregator makes of its decoded sum (so round 2's
+    model is taken); three times it breaks the plan's update_norm, so no step is made and only the model before may
+    follow (OUT_OF_BOUNDS)."""
+    outcome = run_round(bounded, monkeypatch)
+    assert outcome.verdicts == dict.fromkeys(COLLABORATORS, ACCEPTED)
+    result, total = outcome.server.finish(), outcome.server.outcome.total
+    shared = bounded.sites["hospital-a"].shared
+    algorithm, initial = shared.algorithm(), torch.zeros(PARAMETERS, dtype=torch.float64)
+    start = algorithm.server_init(initial.clone())
+    aggregate = server_step.Aggregate.from_vector(
+        torch.from_numpy(result.decoded.weighted_sum.copy()), result.decoded.total_weight
+    )
+    moved = algorithm.server_apply(start, aggregate, average_from=shared.training.average_from_round)
+    first = (model_download(start.theta.numpy(), builtin=True), start.c, None)
+    for scale, takes in ((1, True), (3, False)):
+        chain = ModelChain("hospital-a", shared, initial=lambda: initial)
+        chain.sent(1, *first)
+        chain.verified_bounded(1, total * scale, COLLABORATORS)
+        assert chain.anchor is not None and chain.anchor.verified and (chain.anchor.next is not None) == takes
+        if takes:
+            chain.sent(2, model_download(moved.theta.numpy(), builtin=True), moved.c, None)
+        else:
+            assert "update_norm" in chain.anchor.void
+            with pytest.raises(VerificationError) as refused:
+                chain.sent(2, model_download(moved.theta.numpy(), builtin=True), moved.c, None)
+            assert refused.value.reason is VerifyReason.OUT_OF_BOUNDS

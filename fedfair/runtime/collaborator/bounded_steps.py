@@ -45,6 +45,10 @@ from fedfair.secagg.pieces import Pieces, placed
 
 logger = logging.getLogger("fedfair.collaborator")
 
+RECORD_SUFFIX = "verdict_record"
+"""A round's verdict record is kept as NAME.FEDERATION.round-N.verdict_record, its bytes as the site received them."""
+
+
 INSIDE_THE_BALL = 1.0 - 2.0**-40
 """What an update scaled to its bound is scaled by once more: float rounding cannot take it past the bound."""
 
@@ -193,10 +197,6 @@ def record_path(me: Participant, round_number: int) -> Path | None:
     if me.folder is None:
         return None
     return me.folder / f"{me.name}.{me.shared.federation_id}.round-{round_number}.{RECORD_SUFFIX}"
-
-
-RECORD_SUFFIX = "verdict_record"
-"""A round's verdict record is kept as NAME.FEDERATION.round-N.verdict_record, its bytes as the site received them."""
 
 
 def keep_record(me: Participant, round_number: int, data: bytes) -> Path | None:
