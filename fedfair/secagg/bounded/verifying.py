@@ -6,7 +6,7 @@ receive each party's signed part (a refused or missing part leaves the party abs
 (:class:`Roster`: present = both parts arrived, with a commitment to a half of the query seed); reveal the
 half; commit to a message per present party; reveal the signed messages (one that is not the committed one
 is refused); decide. Then the auditor's signed total, the aggregator's verdict record (DECIDE) and the
-sum. DP: each verifier adds Skellam(noise_mu) to its own total (docs/security.md, "Bounded inputs").
+sum. DP: the auditor alone adds Skellam(noise_mu) to its signed total (docs/security.md, "Bounded inputs").
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Step(enum.IntEnum):
 class BoundedSum:
     """The outcome of a bounded secure sum at the aggregator.
 
-    total: the sum of the accepted parties' encoded updates and of both verifiers' noise (signed integers).
+    total: the sum of the accepted parties' encoded updates and of the auditor's noise (signed integers).
     accepted: the parties in the sum; excluded: party -> why its proof failed; absent: parties whose two
         parts did not both arrive (neither in the sum nor named).
     fractional_bits: f, so that ``total / 2^f`` is the sum in the update's units (:meth:`decoded`).
@@ -218,9 +218,11 @@ class RoundVerifier:
         return tuple(party for party in self.present if self.verdicts.get(party, Verdict(party, False)).accepted)
 
     def noised_total(self) -> np.ndarray:
-        """This verifier's total over the accepted parties, plus its own Skellam(noise_mu) noise (field elements).
+        """This verifier's total over the accepted parties (field elements); the auditor's adds Skellam(noise_mu).
 
-        The noise is drawn once: asked again, the same total comes back (a fresh draw would let the two be averaged).
+        Only the auditor's total is signed, so only its noise is bound to what the sites are shown: noise that the
+        aggregator added to its own total could hide any shift. The noise is drawn once: asked again, the same total
+        comes back (a fresh draw would let the two be averaged).
         """
         self._expect(Step.DECIDED)
         if self._noised_total is not None:
@@ -228,7 +230,7 @@ class RoundVerifier:
         total = np.zeros(self.context.dimension, dtype=np.uint64)
         for verifier in self._verifiers.values():
             total = field.add(total, verifier.total())
-        if self.context.noise_mu > 0:
+        if self.role is Role.HELPER and self.context.noise_mu > 0:
             drawn = noise.skellam(self.context.noise_mu, self.context.dimension, os.urandom(32))
             total = field.add(total, field.from_signed(drawn))
         self._noised_total = total
@@ -252,7 +254,7 @@ class RoundVerifier:
         return sign_record(self.context, self._identity_key, unsigned)
 
     def finish(self, auditor: AuditorTotal) -> BoundedSum:
-        """The sum of the accepted parties' updates (and both verifiers' noise), from the auditor's total.
+        """The sum of the accepted parties' updates (and the auditor's noise), from the auditor's total.
 
         Raises:
             AuthenticationError: the total is not signed by the auditor for this round.
