@@ -24,6 +24,7 @@ from fedfair.runtime.auditor.totals import FirstTotals, TotalledRound
 from fedfair.runtime.contract import BOUNDED_TRAINING, RoundParameters, relayed_keys, round_setup
 from fedfair.runtime.manifest import pinned_verifier
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
+from fedfair.runtime.plan.bounded_noise import bounded_noise_mu
 from fedfair.runtime.transport import pb
 from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.messages import PUBLIC_LIMIT
@@ -142,6 +143,7 @@ class AuditorRounds:
             self.shared.batch_fraction,
             aggregator=manifest.aggregator.name,
             auditor=self.config.name,
+            noise_mu=bounded_noise_mu(self.shared, self.shared.collaborator_count, parameters.dimension),
         )
         bounded = round_parameters(config, setup)
         if bounded.auditor_key.public_numbers() != self.identity.key.public_key().public_numbers():
