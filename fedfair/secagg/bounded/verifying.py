@@ -81,8 +81,13 @@ class RoundVerifier:
         identity_key: ec.EllipticCurvePrivateKey,
         client_keys: dict[int, ec.EllipticCurvePublicKey],
         auditor_cipher: X25519PrivateKey | None = None,
+        noise_key: bytes | None = None,
     ) -> None:
-        """``auditor_cipher``: the auditor's X25519 round key (the auditor only), whose public half is in the context."""
+        """``auditor_cipher``: the auditor's X25519 round key (the auditor only), whose public half is in the context.
+
+        ``noise_key``: the 32-byte key the auditor's noise is drawn from; None draws one from the OS's CSPRNG. A key
+        kept per round lets a round run again carry the same noise (:mod:`fedfair.runtime.auditor.totals`).
+        """
         if (role is Role.HELPER) != (auditor_cipher is not None):
             raise ConfigError(
                 "the auditor, and only the auditor, holds the round's cipher key: pass it to the auditor's"
@@ -92,6 +97,7 @@ class RoundVerifier:
         self._identity_key = identity_key
         self._client_keys = client_keys
         self._auditor_cipher = auditor_cipher
+        self._noise_key = os.urandom(32) if noise_key is None else noise_key
         self.step = Step.UPLOADS
         self._shares: dict[int, LeaderShare | HelperShare] = {}
         self._seed_half = os.urandom(SEED_BYTES)
@@ -231,7 +237,7 @@ class RoundVerifier:
         for verifier in self._verifiers.values():
             total = field.add(total, verifier.total())
         if self.role is Role.HELPER and self.context.noise_mu > 0:
-            drawn = noise.skellam(self.context.noise_mu, self.context.dimension, os.urandom(32))
+            drawn = noise.skellam(self.context.noise_mu, self.context.dimension, self._noise_key)
             total = field.add(total, field.from_signed(drawn))
         self._noised_total = total
         return total

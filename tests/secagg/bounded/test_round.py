@@ -133,6 +133,28 @@ def test_the_auditor_alone_adds_the_noise_outside_the_bound() -> None:
     assert np.any(noise != 0)
 
 
+def test_the_auditors_noise_follows_its_key_so_a_round_run_again_carries_the_same() -> None:
+    """Totals of the same inputs with one noise key are equal (nothing to average); another key draws other noise."""
+    weights, dimension = {0: 1.0, 1: 0.5}, 500
+    inputs = {party: at_bound(party, weight, dimension) for party, weight in weights.items()}
+
+    def total(key: bytes) -> np.ndarray:
+        trace = simulate_bounded_round(
+            dimension=dimension,
+            fractional_bits=FRACTIONAL_BITS,
+            update_norm=UPDATE_NORM,
+            weights=weights,
+            encoded_input=inputs.__getitem__,
+            noise_mu=50.0,
+            noise_key=key,
+        )
+        return trace.result.total
+
+    first, again = total(b"k" * 32), total(b"k" * 32)
+    np.testing.assert_array_equal(first, again)
+    assert np.any(total(b"o" * 32) != first)
+
+
 def test_the_declaration_runs_every_stage_once_in_order_and_the_sites_last_verdict_ends_it() -> None:
     stages = [spec.stage for spec in BOUNDED_ROUND.stages(True)]
     assert stages == list(BoundedStage)
