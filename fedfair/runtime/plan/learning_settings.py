@@ -208,9 +208,12 @@ class LearningSettings:
         per_record = self.influence.weight_per_record(self.batch_fraction)
         # The encoder bounds a party's weighted vector by the clipped sum of a Poisson batch of weight / (w_k / b_k)
         # expected records (fedfair.privacy.rounding.batch_radius): the ring counts the largest, max_weight / (w_k / b_k).
-        ring = Ring(secure.modulus_bits, collaborators, honest, secure.max_weight / per_record)
-        if secure.bounds_inputs:  # the bounded sum is in F_p, whose Layout holds the bound: no word wraps
-            ring = None
+        # Under the input bound the sum is in F_p, whose Layout holds the bound: no word of the plan wraps.
+        ring = (
+            None
+            if secure.bounds_inputs
+            else Ring(secure.modulus_bits, collaborators, honest, secure.max_weight / per_record)
+        )
         return training_noise(
             self.privacy,
             training.local,
