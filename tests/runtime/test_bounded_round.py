@@ -45,6 +45,7 @@ from fedfair.runtime.contract import (
 )
 from fedfair.runtime.faults import LIAR_VARIABLE
 from fedfair.runtime.plan import aggregator_plan as plan
+from fedfair.runtime.plan.bounded_noise import bounded_noise_mu
 from fedfair.runtime.transport import pb
 from fedfair.pki.identity import generate_identity_key
 from fedfair.secagg import keys
@@ -102,6 +103,7 @@ def bounded(federation: Path) -> Federation:  # noqa: F811
         lambda names: {name: certificates[name] for name in names},
         loaded.influence,
         loaded.batch_fraction,
+        partial(bounded_noise_mu, loaded, len(loaded.collaborators)),
     )
     secure = loaded.secure_aggregation
     settings = DriverSettings(
