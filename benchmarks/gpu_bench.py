@@ -31,7 +31,6 @@ import sys
 import time
 import types
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +47,7 @@ from fedfair.privacy.clipping import ClippingMode, clipping_candidates
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.learner import PrivateLearner
 from fedfair.privacy.probe import ModeProbe, per_sample_budget, per_sample_bytes
+from gpu_loops import LR, Step, bare_step, graphed_step, mean_loss
 from published import publish
 
 MODELS = ("adult_mlp", "mnist_cnn", "resnet18_gn")
@@ -57,9 +57,6 @@ PLAIN_BATCHES = (64, 256, 1024)
 WARMUP_STEPS = 3
 BLOCKS = 3
 MAX_STEPS_PER_BLOCK = 200
-LR = 0.05
-
-Step = Callable[[], None]
 
 
 @functools.cache
@@ -86,13 +83,6 @@ def build(model: str, features: int, classes: int, quick: bool) -> nn.Module:
         return ResNetGN(RESNET_IMAGE, classes, width=width, groups=min(32, width))
     name, shape = ("cnn", (1, 28, 28)) if model == "mnist_cnn" else ("mlp", None)
     return build_model(name, features, classes, image_shape=shape)
-
-
-def mean_loss(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy; a one-logit (binary) model's is the logistic loss, as fedfair's own."""
-    if outputs.shape[-1] == 1:
-        return F.binary_cross_entropy_with_logits(outputs.squeeze(-1), labels.to(outputs.dtype))
-    return F.cross_entropy(outputs, labels)
 
 
 class _BinaryAware(nn.Module):
@@ -362,56 +352,6 @@ def plain_row(model_name: str, batch: int, device: torch.device, quick: bool, bl
     )
     release(device)
     return row
-
-
-def bare_step(model: nn.Module, features: torch.Tensor, labels: torch.Tensor, batch: int) -> Step:
-    """The loop a PyTorch user writes, one step per call."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    generator = torch.Generator().manual_seed(1)
-    order = torch.randperm(len(features), generator=generator)
-    cursor = [0]
-
-    def step() -> None:
-        if cursor[0] + batch > len(order):
-            cursor[0] = 0
-        index = order[cursor[0] : cursor[0] + batch].to(features.device, non_blocking=True)
-        cursor[0] += batch
-        optimizer.zero_grad(set_to_none=True)
-        mean_loss(model(features.index_select(0, index)), labels.index_select(0, index)).backward()
-        optimizer.step()
-
-    return step
-
-
-def graphed_step(model: nn.Module, features: torch.Tensor, labels: torch.Tensor, batch: int) -> Step:
-    """The bare loop's step captured once as a CUDA graph (PyTorch's whole-network capture recipe)."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    order = torch.randperm(len(features), device=features.device)
-    static_index = order[:batch].clone()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            optimizer.zero_grad(set_to_none=True)
-            mean_loss(model(features[static_index]), labels[static_index]).backward()
-            optimizer.step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    optimizer.zero_grad(set_to_none=True)
-    with torch.cuda.graph(graph):
-        loss = mean_loss(model(features.index_select(0, static_index)), labels.index_select(0, static_index))
-        loss.backward()
-        optimizer.step()
-    cursor = [0]
-
-    def step() -> None:
-        if cursor[0] + batch > len(order):
-            cursor[0] = 0
-        static_index.copy_(order[cursor[0] : cursor[0] + batch])
-        cursor[0] += batch
-        graph.replay()
-
-    return step
 
 
 def main() -> None:

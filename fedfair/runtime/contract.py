@@ -340,12 +340,14 @@ def round_setup(
     aggregator: str,
     auditor: str | None,
     identity_key: ec.EllipticCurvePrivateKey | None = None,
+    noise_mu: float = 0.0,
 ) -> RoundSetup:
     """What a party of the round `parameters` describe knows beside its config, as every party derives it.
 
     The session is the parameters' digest; the bound is [influence] update_norm and each site's weight its plan
     weight (:meth:`InfluenceSettings.weight_of`); `keys` are the identity keys (:func:`relayed_keys`).
-    `identity_key` is the aggregator's, for its server; None elsewhere.
+    `identity_key` is the aggregator's, for its server; None elsewhere. `noise_mu`: the auditor's noise, which every
+    party derives from the plan (:func:`~fedfair.runtime.plan.bounded_noise.bounded_noise_mu`).
     """
     return RoundSetup(
         verify,
@@ -357,6 +359,7 @@ def round_setup(
         auditor=auditor or "",
         identity_key=identity_key,
         public=parameters.to_bytes(),
+        noise_mu=noise_mu,
     )
 
 

@@ -178,13 +178,24 @@ PLAN_CHANGED = FailureClass(
     "plan-changed",
     False,
     "the plan changed: the aggregator now serves the plan with settings sha256 {served}, not the one this "
-    "collaborator holds ({changes})",
+    "{role} holds ({changes})",
     "to accept it, the operator pins the new plan (`fedfair plan pin`) and this institution reviews it with "
-    "`fedfair plan diff OLD NEW`, compares the new manifest's digest out of band, points [collaborator] manifest "
-    "at it and starts this collaborator again (without a pinned plan, starting it again is enough); until then "
+    "`fedfair plan diff OLD NEW`, compares the new manifest's digest out of band, points [{role}] manifest "
+    "at it and starts this {role} again (without a pinned plan, starting it again is enough); until then "
     "it waits up to [retry] max_wait_seconds in case the aggregator goes back to its plan",
     waits=True,
 )
+
+
+def plan_changed(role: str, served: str, changes: str) -> PermanentFailureError:
+    """The ``plan-changed`` failure of a process of `role` ("collaborator", "auditor") now served another plan.
+
+    `served` is the served plan's settings digest; `changes` says how it differs from the plan the process joined
+    under.
+    """
+    return PermanentFailureError(PLAN_CHANGED, role=role, served=served, changes=changes)
+
+
 AUDITOR_REFUSED = FailureClass(
     "auditor-refused",
     False,

@@ -11,6 +11,7 @@ refuse with clear errors.
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 import threading
@@ -26,7 +27,7 @@ import pytest
 from fedfair import cli
 from fedfair.core.errors import ConfigError, PermanentFailureError
 from fedfair.pki import load_certificate, store
-from fedfair.pki.roster import Roster, pins_from_folders, write_manifest
+from fedfair.pki.roster import PlanPin, Roster, pins_from_folders, write_manifest
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.network import auditor_authenticator
 from fedfair.runtime.aggregator.round_identities import aggregator_setup
@@ -40,11 +41,12 @@ from fedfair.runtime.auditor.config import (
 )
 from fedfair.runtime.auditor.process import AuditorProcess
 from fedfair.runtime.collaborator.bounded_steps import bounded_encoding
+from fedfair.runtime.collaborator.preparation import plan_change
 from fedfair.runtime.collaborator.retries import RetryPolicy
 from fedfair.runtime.collaborator.stage_steps import STEPS
 from fedfair.runtime.collaborator.steps import Work
 from fedfair.runtime.contract import ACCEPTED, BOUNDED_TRAINING
-from fedfair.runtime.failures import PLAN_MISMATCH
+from fedfair.runtime.failures import PLAN_CHANGED, PLAN_MISMATCH
 from fedfair.runtime.manifest import load_manifest
 from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.runtime.transport import (
@@ -328,3 +330,21 @@ def test_the_process_exits_as_a_site_refusing_a_plan_when_the_plan_bounds_no_inp
     assert ": it declares no input bound, not 'audit-co'; an auditor verifies only for a plan that names it" in said
     assert f'auditor = "{AUDITOR}"' in said
     assert (folder / "logs" / f"{AUDITOR}.log").is_file()
+
+
+def test_a_plan_changed_under_the_auditor_names_the_auditor_its_file_and_the_fields(
+    bounded: Federation,  # noqa: F811
+) -> None:
+    """The auditor's plan-changed speaks of the auditor and its own [auditor] file, and lists the changed fields."""
+    assert bounded.loaded.manifest is not None
+    pin = PlanPin({"federation_id": "fedfair-demo", "training": {"rounds": 2}})
+    manifest = dataclasses.replace(bounded.loaded.manifest, plan=pin)
+    served = {"federation_id": "fedfair-demo", "training": {"rounds": 3}}
+    reply = pb.PlanReply(settings=json.dumps(served).encode(), plan_digest="another")
+    assert plan_change("auditor", manifest, "another", reply) is None  # the digest it joined under
+    error = plan_change("auditor", manifest, "joined", reply)
+    assert isinstance(error, PermanentFailureError) and error.failure is PLAN_CHANGED
+    said = str(error)
+    assert "not the one this auditor holds (pinned -> served: training.rounds: 2 -> 3)" in said
+    assert "points [auditor] manifest at it and starts this auditor again" in said
+    assert "collaborator" not in said

@@ -1,8 +1,9 @@
-"""A plan in the two-verifier mode that its round cannot run as declared is refused at load, naming the fix.
+"""A plan in the two-verifier mode: training DP runs under it, and a bound its field cannot hold is refused.
 
-Training DP under the mode: each verifier would add Skellam noise that the accountant does not charge yet. A bound
-the proof's field cannot hold at the plan's fractional bits: every site's proof would fail. Both are refused at
-the aggregator as the plan loads, and at a site as the plan arrives, before anything is sent.
+Training DP under the mode: the auditor adds the whole noise a masked round's accountant asks for, at the same
+fractional bits, so the plan loads and every party derives the same noise from it. A bound the proof's field
+cannot hold at the round's fractional bits: every site's proof would fail. It is refused at the aggregator as the
+plan loads, and at a site as the plan arrives, before anything is sent.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fedfair.core.errors import ConfigError
+from fedfair.runtime.plan.bounded_noise import bounded_fractional_bits, bounded_noise_mu
 from fedfair.runtime.plan.input_bound import check_bounded_round
 from tests.runtime.test_input_bound import ON, declared, federation  # noqa: F401 (the fixture)
 from tests.runtime.test_manifest import aggregator_plan_with
@@ -21,14 +23,31 @@ DP = {"privacy": {"mode": "distributed", "epsilon": 3.0}, "training": {"local_st
 """Training DP as a plan may declare it (one DP-SGD step a round)."""
 
 
-def test_training_dp_under_the_mode_is_refused_until_the_accountant_charges_the_verifiers_noise(
+def test_training_dp_under_the_mode_loads_with_the_masked_rounds_noise_at_the_auditor(
     federation: Path,  # noqa: F811
 ) -> None:
-    with pytest.raises(ConfigError, match=r"not yet charged by the privacy accountant") as caught:
-        aggregator_plan_with(federation, secure_aggregation=ON, **DP)
-    said = str(caught.value)
-    assert 'set [privacy] mode = "off", or input_bound = "none"' in said
-    assert 'docs/security.md, "Bounded inputs (two verifiers)"' in said
+    """The auditor's mu and the sites' bits are the masked round's total mu and bits for the same plan, exactly."""
+    bounded = aggregator_plan_with(federation, secure_aggregation=ON, **DP)
+    masked = aggregator_plan_with(federation, **DP)
+    parties, dimension = len(bounded.collaborators), 1000
+    noise, _ = masked.training_noise(parties, dimension)
+    assert bounded_noise_mu(bounded, parties, dimension) == noise.release.mu > 0
+    assert bounded_fractional_bits(bounded, parties, dimension) == noise.fractional_bits
+    encoding = bounded.training_encoding(bounded.federation_id, parties, 1, dimension)
+    assert encoding.noise is None  # no site noises its input: its bound and its proof are unchanged
+    assert encoding.fractional_bits == noise.fractional_bits
+    assert bounded_noise_mu(masked, parties, dimension) == noise.release.mu  # one calibration, whichever round
+    plain = aggregator_plan_with(federation, secure_aggregation=ON)
+    assert bounded_noise_mu(plain, parties, dimension) == 0.0
+    assert bounded_fractional_bits(plain, parties, dimension) == plain.secure_aggregation.fractional_bits
+
+
+def test_under_dp_a_bound_the_noises_bits_cannot_hold_is_refused_naming_update_norm(
+    federation: Path,  # noqa: F811
+) -> None:
+    """The noise's bits follow from one record's sensitivity, so only a smaller update_norm can fit the field."""
+    with pytest.raises(ConfigError, match=r"the distributed noise's fractional_bits = \d+ .*; lower update_norm"):
+        aggregator_plan_with(federation, secure_aggregation=ON, influence={"update_norm": 1e6}, **DP)
 
 
 def test_training_dp_without_the_mode_still_loads(federation: Path) -> None:  # noqa: F811
@@ -50,7 +69,7 @@ def test_the_largest_bound_that_fits_passes_and_one_bit_more_does_not() -> None:
 
     def fits(fractional_bits: int) -> bool:
         try:
-            check_bounded_round(secure, False, 1.0, [1.0], fractional_bits, "plan")
+            check_bounded_round(secure, 1.0, [1.0], fractional_bits, "plan")
         except ConfigError:
             return False
         return True

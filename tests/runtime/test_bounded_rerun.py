@@ -3,18 +3,21 @@
 An aggregator that restarts runs its round again, and every site sends its kept input again. Two totals of those
 inputs over different sites (one site's part dropped in one run) would differ by that site's input, so the auditor
 withholds the second total (:meth:`AuditorRounds._check_rerun`); the aggregator then has no sum, and no site is
-asked to decide on one. A run again over the same sites is totalled again: its sum tells nothing new. The first
-total's sites are kept in the auditor's folder, so an auditor restarted between the two runs withholds it too.
+asked to decide on one. A run again over the same sites is totalled again, with the same noise (its key derives
+from the round and the auditor's kept secret): its sum tells nothing new. The first total's sites are kept in the
+auditor's folder, so an auditor restarted between the two runs withholds it too.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fedfair.core.errors import ConfigError, ProtocolError
+from fedfair.runtime.auditor.totals import NOISE_SECRET_NAME, NoiseKeys
 from fedfair.runtime.contract import ACCEPTED
 from fedfair.secagg.round import StageSpec
 from tests.runtime.test_auditor_rounds import at, rounds_of
@@ -94,3 +97,18 @@ def test_without_the_auditors_total_no_site_is_asked_to_decide(
 
     with pytest.raises(ProtocolError, match="the auditor's total has not arrived: no site decides"):
         run_round(bounded, monkeypatch, auditor=withholding, lost="hospital-b")
+
+
+def test_the_noise_key_of_a_round_survives_a_restart_and_names_its_round(tmp_path: Path) -> None:
+    """A round run again after a restart gets its first run's noise key; another round or model gets another."""
+    keys = NoiseKeys(tmp_path)
+    key = keys.key("fed", 1, "a" * 64)
+    assert len(key) == 32 and NoiseKeys(tmp_path).key("fed", 1, "a" * 64) == key
+    others = {keys.key("fed", 2, "a" * 64), keys.key("fed", 1, "b" * 64), keys.key("other", 1, "a" * 64)}
+    assert key not in others and len(others) == 3
+    assert NoiseKeys(tmp_path / "elsewhere").key("fed", 1, "a" * 64) != key  # another auditor's secret
+    secret = tmp_path / NOISE_SECRET_NAME
+    assert secret.stat().st_mode & 0o777 == 0o600
+    secret.write_bytes(b"short")
+    with pytest.raises(ConfigError, match=f"{secret}: not a 32-byte secret; .*restore it from a backup"):
+        NoiseKeys(tmp_path)

@@ -48,6 +48,7 @@ from fedfair.runtime.contract import (
 )
 from fedfair.runtime.faults import LIAR_VARIABLE
 from fedfair.runtime.plan import aggregator_plan as plan
+from fedfair.runtime.plan.bounded_noise import bounded_noise_mu
 from fedfair.runtime.transport import pb
 from fedfair.pki.identity import generate_identity_key
 from fedfair.secagg import keys
@@ -107,6 +108,7 @@ def bounded(federation: Path) -> Federation:  # noqa: F811
         lambda names: {name: certificates[name] for name in names},
         loaded.influence,
         loaded.batch_fraction,
+        partial(bounded_noise_mu, loaded, len(loaded.collaborators)),
     )
     secure = loaded.secure_aggregation
     settings = DriverSettings(
@@ -417,7 +419,7 @@ def test_a_sites_chain_steps_the_verified_total_as_the_aggregator_does_and_voids
     for scale, takes in ((1, True), (3, False)):
         chain = ModelChain("hospital-a", shared, initial=lambda: initial)
         chain.sent(1, *first)
-        chain.verified_bounded(1, total * scale, COLLABORATORS)
+        chain.verified_bounded(1, total * scale, COLLABORATORS, outcome.server.parameters.fractional_bits)
         assert chain.anchor is not None and chain.anchor.verified and (chain.anchor.next is not None) == takes
         if takes:
             chain.sent(2, model_download(moved.theta.numpy(), builtin=True), moved.c, None)

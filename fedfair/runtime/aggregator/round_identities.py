@@ -10,6 +10,7 @@ Why: docs/security.md, "Bounded inputs (two verifiers)".
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -21,6 +22,7 @@ from fedfair.core.errors import ConfigError, RoundAbortedError
 from fedfair.pki.identity import CredentialVerifier, public_key_from_certificate
 from fedfair.runtime.contract import RoundParameters, Stages, identities, round_setup
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
+from fedfair.runtime.plan.bounded_noise import bounded_noise_mu
 from fedfair.runtime.plan.influence import InfluenceSettings
 from fedfair.runtime.transport import TlsFiles
 from fedfair.runtime.transport.security import PeerAuthenticator
@@ -36,6 +38,7 @@ class RoundIdentities:
     certificates: name -> certificate (DER) of each of the given names: the aggregator's own, and each peer's as
         it was admitted (a ConfigError for a name with none: a peer never connected).
     influence, batch_fraction: the plan's [influence] and batch fraction, which fix each site's weight and bound.
+    noise_mu: dimension -> the auditor's noise (:func:`~fedfair.runtime.plan.bounded_noise.bounded_noise_mu`).
     """
 
     name: str
@@ -44,6 +47,7 @@ class RoundIdentities:
     certificates: Callable[[Iterable[str]], Mapping[str, bytes]]
     influence: InfluenceSettings
     batch_fraction: float
+    noise_mu: Callable[[int], float]
 
 
 def relayed_identities(
@@ -104,6 +108,7 @@ def aggregator_identities(
         certificates,
         plan.influence,
         plan.batch_fraction,
+        functools.partial(bounded_noise_mu, plan, len(plan.collaborators)),
     )
 
 
@@ -126,4 +131,5 @@ def aggregator_setup(
         aggregator=held.name,
         auditor=held.auditor,
         identity_key=held.identity_key,
+        noise_mu=held.noise_mu(parameters.dimension),
     )

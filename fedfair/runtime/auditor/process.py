@@ -22,20 +22,19 @@ from fedfair.core.errors import (
     ConfigError,
     FailureError,
     IdentityError,
-    PermanentFailureError,
     ProtocolError,
     WireError,
 )
 from fedfair.runtime.auditor.config import ROLE, AuditorConfig, check_auditor_identity
 from fedfair.runtime.auditor.rounds import AuditorRounds
 from fedfair.runtime.collaborator.connection import Connection
+from fedfair.runtime.collaborator.preparation import plan_change
 from fedfair.runtime.collaborator.retries import RETRYABLE, DEFAULT_RETRY_POLICY, Backoff, RetryPolicy, Target
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS, Uplink
-from fedfair.runtime.failures import PLAN_CHANGED, plan_mismatch
+from fedfair.runtime.failures import plan_mismatch
 from fedfair.runtime.manifest_plan import check_shared_settings
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object, load_shared_settings
 from fedfair.runtime.plan.input_bound import TWO_VERIFIERS
-from fedfair.pki.roster import settings_digest
 from fedfair.runtime.transport import make_binding, pb, pb_grpc
 
 logger = logging.getLogger("fedfair.auditor")
@@ -115,13 +114,7 @@ class AuditorProcess:
 
     def plan_change(self, reply: pb.PlanReply) -> FailureError | None:
         """Why the auditor does not take the plan in `reply` (another digest than it joined under), or None."""
-        if reply.plan_digest == self._plan_digest:
-            return None
-        try:
-            served = settings_digest(json_object(reply.settings, "the aggregator's plan"))
-        except ConfigError as error:
-            return plan_mismatch(ROLE, error)
-        return PermanentFailureError(PLAN_CHANGED, served=served, changes="the auditor joined under another plan")
+        return plan_change(ROLE, self.config.manifest, self._plan_digest, reply)
 
     def say_joined(self) -> None:
         """Log that the aggregator took the auditor's task stream."""

@@ -20,12 +20,12 @@ import numpy as np
 
 from fedfair.core.errors import IdentityError, ProtocolError
 from fedfair.runtime.auditor.config import AuditorConfig, AuditorIdentity
-from fedfair.runtime.auditor.totals import FirstTotals, TotalledRound
+from fedfair.runtime.auditor.totals import FirstTotals, NoiseKeys, TotalledRound
 from fedfair.runtime.contract import BOUNDED_TRAINING, RoundParameters, relayed_keys, round_setup
 from fedfair.runtime.manifest import pinned_verifier
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
+from fedfair.runtime.plan.bounded_noise import bounded_noise_mu
 from fedfair.runtime.transport import pb
-from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.messages import PUBLIC_LIMIT
 from fedfair.secagg.bounded.parameters import round_parameters
 from fedfair.secagg.bounded.peers import Auditor
@@ -59,6 +59,8 @@ class AuditorRounds:
         self.totals = FirstTotals(config.folder)
         """The sites each round's first total covered, across restarts: a round run again is totalled over the same
         sites or not at all."""
+        self.noise_keys = NoiseKeys(config.folder)
+        """What each round's noise is drawn from: a round run again carries the same noise."""
 
     def input_limit(self, binding: pb.Binding) -> int:
         """The most bytes the input of `binding`'s stage may hold: the parameters' limit, then the round's largest."""
@@ -142,12 +144,13 @@ class AuditorRounds:
             self.shared.batch_fraction,
             aggregator=manifest.aggregator.name,
             auditor=self.config.name,
+            noise_mu=bounded_noise_mu(self.shared, self.shared.collaborator_count, parameters.dimension),
         )
         bounded = round_parameters(config, setup)
         if bounded.auditor_key.public_numbers() != self.identity.key.public_key().public_numbers():
             raise IdentityError("the round relays another key for this auditor than its own certificate's")
-        auditor = BOUNDED_ROUND.client(bounded, AUDITOR, self.identity.key)
-        assert isinstance(auditor, Auditor)  # bounded_peer makes the auditor's state for its party id
+        noise_key = self.noise_keys.key(self.shared.federation_id, round_number, parameters.model)
+        auditor = Auditor(bounded, self.identity.key, noise_key)
         return AuditedRound(round_number, parameters.model, config, auditor)
 
 

@@ -6,20 +6,30 @@ two totals of the same inputs over different sites would let the two be subtract
 between the two runs must still know the first total's sites, so each first total's sites are written
 (atomically) before the total is uploaded, and read when the auditor starts. A round is named by its federation,
 its number and the digest of the model it trains (what makes two runs' inputs the same).
+
+Over the same sites a round run again is totalled again, so it must carry the same noise: two draws over the same
+inputs could be averaged, and the sites charged the round once. Each round's noise is drawn from a key derived from
+the round's name and a secret the auditor keeps in its folder (:class:`NoiseKeys`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
+
+from cryptography.hazmat.primitives import hashes, hmac
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.files import atomic_write, read_json
 
 TOTALS_NAME = "totals.json"
 """The file, in the auditor's folder, of every round it totalled and over which sites."""
+NOISE_SECRET_NAME = "noise.secret"
+"""The file, in the auditor's folder, of the secret every round's noise key is derived from."""
+SECRET_BYTES = 32
 
 T = TypeVar("T")
 
@@ -66,6 +76,33 @@ class FirstTotals:
         ]
         atomic_write(self.path, lambda stream: stream.write(json.dumps(entries, indent=1).encode()))
         return total
+
+
+class NoiseKeys:
+    """The key each round's noise is drawn from: HMAC-SHA256 of the auditor's secret over the round's name.
+
+    A round run again (its federation, number and model) gets the same key, so its total carries the same noise. The
+    secret is drawn once from the OS's CSPRNG and kept in `folder` (0600, as every file the auditor writes), so a
+    restarted auditor derives the same keys; nobody else holds it, so nobody else can tell the noise.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        """Read the secret in `folder`, or make it (ConfigError when the file is not one)."""
+        path = folder / NOISE_SECRET_NAME
+        if not path.exists():
+            atomic_write(path, lambda stream: stream.write(os.urandom(SECRET_BYTES)))
+        self._secret = path.read_bytes()
+        if len(self._secret) != SECRET_BYTES:
+            raise ConfigError(
+                f"{path}: not a {SECRET_BYTES}-byte secret; it is written by the auditor alone: restore it from a "
+                "backup; deleting it lets a round run again carry other noise than its first total's"
+            )
+
+    def key(self, federation_id: str, round_number: int, model: str) -> bytes:
+        """The 32-byte key of the noise of round `round_number` of `federation_id` on the model `model`."""
+        mac = hmac.HMAC(self._secret, hashes.SHA256())
+        mac.update(json.dumps([federation_id, round_number, model]).encode())
+        return mac.finalize()
 
 
 def _read(path: Path) -> list[TotalledRound]:

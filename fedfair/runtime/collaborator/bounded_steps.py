@@ -35,6 +35,7 @@ from fedfair.runtime.collaborator.steps import Participant, StageInput, Work
 from fedfair.runtime import faults
 from fedfair.runtime.contract import ACCEPTED, RoundParameters, relayed_keys, round_setup
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
+from fedfair.runtime.plan.bounded_noise import bounded_fractional_bits, bounded_noise_mu
 from fedfair.secagg.bounded.layout import squared_bound
 from fedfair.secagg.bounded.parameters import round_parameters
 from fedfair.secagg.bounded.peers import BoundedSite
@@ -58,7 +59,7 @@ def bounded_encoding(vector: np.ndarray | Pieces, name: str, shared: SharedSetti
 
     Each coordinate is clipped to clip times w, as the masked encoding clips it, and the whole scaled into the ball
     of update_norm times w (the plan's weight, which both verifiers check the bound with), then fixed point with the
-    plan's fractional bits, rounded stochastically (:func:`encode_within_bound`).
+    plan's fractional bits (under distributed DP the noise's), rounded stochastically (:func:`encode_within_bound`).
 
     Raises:
         ConfigError: the update is not finite, or the bound does not fit the field at these fractional bits.
@@ -76,8 +77,9 @@ def bounded_encoding(vector: np.ndarray | Pieces, name: str, shared: SharedSetti
     norm = math.sqrt(math.fsum(values * values))
     if norm > bound:
         values *= bound / norm * INSIDE_THE_BALL
-    bound_sq = squared_bound(shared.influence.update_norm, weight, secure.fractional_bits)
-    return encode_within_bound(values, bound_sq, secure.fractional_bits, os.urandom(32))
+    bits = bounded_fractional_bits(shared, shared.collaborator_count, values.size)
+    bound_sq = squared_bound(shared.influence.update_norm, weight, bits)
+    return encode_within_bound(values, bound_sq, bits, os.urandom(32))
 
 
 def share(me: Participant, work: Work, inputs: StageInput) -> bytes:
@@ -188,7 +190,7 @@ def verify(me: Participant, work: Work, inputs: StageInput) -> bytes:
         raise VerificationError(work.round, VerifyReason.MALFORMED, f"the tags are unreadable: {error}") from None
     total = spec.step(site, tags, _not_asked)
     accepted = [work.roster[party - 1] for party in site.accepted]
-    me.chain.verified_bounded(work.round, total, accepted)
+    me.chain.verified_bounded(work.round, total, accepted, site.parameters.fractional_bits)
     return ACCEPTED
 
 
@@ -234,6 +236,7 @@ def site_setup(me: Participant, parameters: RoundParameters) -> RoundSetup:
         me.shared.batch_fraction,
         aggregator=manifest.aggregator.name,
         auditor=secure.auditor,
+        noise_mu=bounded_noise_mu(me.shared, me.shared.collaborator_count, parameters.dimension),
     )
 
 

@@ -150,22 +150,23 @@ class ModelChain:
         if self._checks(round_number):
             self._step(round_number, self._decoded(words, len(survivors), encoder), survivors, encoder.config.clip)
 
-    def verified_bounded(self, round_number: int, total: np.ndarray, survivors: Collection[str]) -> None:
+    def verified_bounded(
+        self, round_number: int, total: np.ndarray, survivors: Collection[str], fractional_bits: int
+    ) -> None:
         """Apply the plan's server step to training round `round_number`'s verified bounded total.
 
         `total` is the bounded sum's total this site verified (signed integers, 2^f times the accepted sites'
-        weighted updates), decoded as the aggregator's :meth:`~fedfair.secagg.bounded.server.BoundedServer.finish`
-        decodes it: its weight the plan's total for `survivors` (the accepted sites), each of whose stochastic
-        rounding moved a coordinate by under 2^-f. Then as :meth:`verified`.
+        weighted updates, f the round's `fractional_bits`), decoded as the aggregator's
+        :meth:`~fedfair.secagg.bounded.server.BoundedServer.finish` decodes it: its weight the plan's total for
+        `survivors` (the accepted sites), each of whose stochastic rounding moved a coordinate by under 2^-f. Then
+        as :meth:`verified`.
         """
         if not self._checks(round_number):
             return
-        secure = self._shared.secure_aggregation
         agreed = self._shared.influence.total_weight(survivors, self._shared.batch_fraction)
-        values = np.ldexp(total.astype(np.float64), -secure.fractional_bits)
-        error_bound = len(survivors) * 2.0**-secure.fractional_bits
-        decoded = DecodedSum.of(values, agreed, error_bound, len(survivors))
-        self._step(round_number, decoded, survivors, secure.encoding().clip)
+        values = np.ldexp(total.astype(np.float64), -fractional_bits)
+        decoded = DecodedSum.of(values, agreed, len(survivors) * 2.0**-fractional_bits, len(survivors))
+        self._step(round_number, decoded, survivors, self._shared.secure_aggregation.encoding().clip)
 
     def _checks(self, round_number: int) -> bool:
         """Whether this site checks training round `round_number`'s model: it holds that round's anchor."""

@@ -203,7 +203,7 @@ class Collaborator(TaskStream):
 
     def plan_change(self, reply: pb.PlanReply) -> FailureError | None:
         """Why this joined collaborator does not take the plan in `reply`, or None (:func:`plan_change`)."""
-        return plan_change(self.config, self.plan_digest, reply)
+        return plan_change("collaborator", self.config.manifest, self.plan_digest, reply)
 
     def _encode_with(self, stub: pb_grpc.FederationStub, task: pb.Task) -> None:
         """Encode this institution's table with the federation's encoder and build the learner it implies.

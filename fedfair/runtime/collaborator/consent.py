@@ -19,6 +19,7 @@ from fedfair.pki.names import validate_name
 from fedfair.runtime.failures import AUDITOR_REFUSED, plan_mismatch
 from fedfair.runtime.manifest import Manifest
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
+from fedfair.runtime.plan.bounded_noise import bounded_fractional_bits
 from fedfair.runtime.plan.input_bound import check_bounded_round
 
 REFUSE_AUDITORS = "refuse_auditors"
@@ -66,11 +67,11 @@ def check_input_bound(
     try:
         check_bounded_round(
             secure,
-            shared.privacy.distributed,
             shared.influence.update_norm,
             (shared.influence.weight_of(name, shared.batch_fraction) for name in manifest.collaborator_names),
-            secure.fractional_bits,
+            bounded_fractional_bits(shared, shared.collaborator_count, 1),  # they do not depend on the model's size
             "the aggregator's plan",
+            noised=shared.privacy.distributed,
         )
     except ConfigError as error:
         raise plan_mismatch("collaborator", error) from None

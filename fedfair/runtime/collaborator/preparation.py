@@ -50,7 +50,8 @@ from fedfair.runtime.collaborator.uplink import RPC_SECONDS
 from fedfair import pki
 from fedfair.pki.roster import settings_digest
 from fedfair.runtime.composition_counts import composition_columns
-from fedfair.runtime.failures import FEDERATION_MISMATCH, LOCAL_BINDINGS, LOCAL_PRIVACY, PLAN_CHANGED, plan_mismatch
+from fedfair.runtime.manifest import Manifest
+from fedfair.runtime.failures import FEDERATION_MISMATCH, LOCAL_BINDINGS, LOCAL_PRIVACY, plan_changed, plan_mismatch
 from fedfair.runtime.manifest_plan import check_shared_settings, setting_differences
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object, load_shared_settings
 from fedfair.runtime.plan.model import ModelSettings
@@ -296,10 +297,10 @@ def prepare(
     return Prepared(trainer, learner, parameters, data, evaluation_model)
 
 
-def plan_change(config: CollaboratorConfig, joined_digest: str, reply: pb.PlanReply) -> FailureError | None:
-    """Why a collaborator that joined under the plan `joined_digest` does not take the plan in `reply`, or None.
+def plan_change(role: str, manifest: Manifest | None, joined_digest: str, reply: pb.PlanReply) -> FailureError | None:
+    """Why a process of `role` ("collaborator", "auditor") joined under `joined_digest` refuses `reply`'s plan, or None.
 
-    Returns a ``plan-changed`` PermanentFailureError whose message names the fields unlike the pinned plan.
+    Returns a ``plan-changed`` PermanentFailureError whose message names the fields unlike the plan `manifest` pins.
 
     Raises:
         PermanentFailureError: ``plan-mismatch`` when the served settings are not a JSON object.
@@ -309,11 +310,10 @@ def plan_change(config: CollaboratorConfig, joined_digest: str, reply: pb.PlanRe
     try:
         served = json_object(reply.settings, "the aggregator's plan")
     except ConfigError as error:
-        raise plan_mismatch("collaborator", error) from None
-    manifest = config.manifest
+        raise plan_mismatch(role, error) from None
     pin = None if manifest is None else manifest.plan
     if pin is None:
-        changes = "this collaborator's manifest pins no plan, so the fields that changed are not known here"
+        changes = f"this {role}'s manifest pins no plan, so the fields that changed are not known here"
     else:
         fields = setting_differences(pin.settings, served)
         more = f"; and {len(fields) - 12} more" if len(fields) > 12 else ""
@@ -322,4 +322,4 @@ def plan_change(config: CollaboratorConfig, joined_digest: str, reply: pb.PlanRe
             if fields
             else "the same shared settings: the aggregator's roster or manifest changed"
         )
-    return PermanentFailureError(PLAN_CHANGED, served=settings_digest(served), changes=changes)
+    return plan_changed(role, settings_digest(served), changes)

@@ -309,8 +309,10 @@ class RoundJob:
             # Encoded now, off the MASKED_INPUT stage's critical path (the round's encoder checks the parameters then).
             shared = self.shared
             try:
-                if settings.bounds_inputs:  # within its bound, in the bounded sum's encoding (no DP noise: refused)
+                if settings.bounds_inputs:  # within its bound, unnoised: the auditor adds the DP noise to its total
                     work.encoded = bounded_encoding(trained.vector, self.config.name, shared)
+                    if shared.privacy.distributed:  # charged as a masked round's noise, before the input leaves
+                        self.charges.training(round_number, trained.model, trained.vector.size)
                     return work
                 encoding = shared.training_encoding(
                     shared.federation_id, shared.collaborator_count, round_number, trained.vector.size

@@ -28,6 +28,7 @@ from fedfair.pki.names import FEDERATION_ID_RE
 from fedfair.pki.roster import canonical_json
 from fedfair.runtime.manifest import Manifest, check_federation, federation_digest, load_manifest
 from fedfair.runtime.manifest_plan import check_bounds, check_pinned_settings
+from fedfair.runtime.plan.bounded_noise import bounded_fractional_bits
 from fedfair.runtime.plan.input_bound import (
     NO_INPUT_BOUND,
     check_auditor_independent,
@@ -160,14 +161,15 @@ def parse_aggregator_plan(data: Mapping[str, Any], source: Path, *, check_manife
         )
     if loaded.manifest is not None and check_manifest:
         check_plan(loaded.manifest, loaded, shared_content(loaded))
-    check_bounded_round(
-        loaded.secure_aggregation,
-        loaded.privacy.distributed,
-        loaded.influence.update_norm,
-        (loaded.influence.weight_of(name, loaded.batch_fraction) for name in names),
-        loaded.secure_aggregation.fractional_bits,
-        where,
-    )
+    if loaded.secure_aggregation.bounds_inputs:  # the noise's bits are calibrated only where a bounded round runs
+        check_bounded_round(
+            loaded.secure_aggregation,
+            loaded.influence.update_norm,
+            (loaded.influence.weight_of(name, loaded.batch_fraction) for name in names),
+            bounded_fractional_bits(loaded, len(names), 1),  # they do not depend on the model's size
+            where,
+            noised=loaded.privacy.distributed,
+        )
     return loaded
 
 

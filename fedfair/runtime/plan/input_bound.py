@@ -3,7 +3,7 @@
 In that mode every party proves its update within its L2 bound (``update_norm`` times its weight) to two
 verifiers: the aggregator and an auditor institution the manifest names (fedfair.secagg.bounded). Here: the
 keys, the auditor's independence (neither the aggregator nor a collaborator), the line ``fedfair plan show``
-prints, and what the round cannot yet run (:func:`check_bounded_round`). A site may refuse the auditor by name
+prints, and the bounds the proof's field cannot hold (:func:`check_bounded_round`). A site may refuse the auditor by name
 ([collaborator] refuse_auditors).
 
 Why: docs/security.md, "Bounded inputs (two verifiers)", "Declaring it".
@@ -25,8 +25,6 @@ TWO_VERIFIERS = "two_verifiers"
 """Every party proves its input within its bound to the aggregator and the plan's auditor."""
 INPUT_BOUND_MODES = (NO_INPUT_BOUND, TWO_VERIFIERS)
 """The values of [secure_aggregation] input_bound."""
-DOCS_SECTION = 'docs/security.md, "Bounded inputs (two verifiers)"'
-"""Where the mode, its trust model and what remains to wire are described."""
 
 
 class InputBound(Protocol):
@@ -104,37 +102,41 @@ def input_bound_line(secure: InputBound) -> str:
 
 def check_bounded_round(
     secure: InputBound,
-    distributed: bool,
     update_norm: float,
     weights: Iterable[float],
     fractional_bits: int,
     where: str,
+    *,
+    noised: bool = False,
 ) -> None:
-    """Refuse a plan in the two-verifier mode that its round cannot run as declared.
+    """Refuse a plan in the two-verifier mode whose bounds the proof's field cannot hold.
 
-    Training DP (`distributed`): each verifier would add Skellam noise to its total, but the accountant does not
-    charge that noise yet, so the plan would promise a guarantee nothing spends (docs/security.md, "Bounded inputs").
-    And each site's bound, update_norm times its weight at the plan's fractional bits, must fit the proof's field.
+    Each site's bound, update_norm times its weight at the round's `fractional_bits`, must fit: the plan's, or with
+    `noised` (distributed DP) the noise's (:func:`~fedfair.runtime.plan.bounded_noise.bounded_fractional_bits`),
+    which one record's sensitivity fixes. Training DP itself runs under the mode: the auditor adds the noise and
+    each site charges it.
 
     Raises:
-        ConfigError: naming which and the fix.
+        ConfigError: naming the fix.
     """
     if secure.input_bound != TWO_VERIFIERS:
         return
-    if distributed:
-        raise ConfigError(
-            f'{where}: [privacy] mode = "distributed" with [secure_aggregation] input_bound = "{TWO_VERIFIERS}": '
-            "the verifiers' Skellam noise is not yet charged by the privacy accountant, so no budget would be "
-            f'spent for it; set [privacy] mode = "off", or input_bound = "none" and remove auditor ({DOCS_SECTION})'
-        )
     largest = max(weights, default=0.0)  # the largest weight gives the largest bound
     if largest <= 0 or _fits(update_norm, largest, fractional_bits):
         return
     fitting = next((bits for bits in range(fractional_bits - 1, -1, -1) if _fits(update_norm, largest, bits)), None)
-    fix = "lower update_norm" if fitting is None else f"lower fractional_bits to at most {fitting} or update_norm"
+    if noised or fitting is None:
+        fix = (
+            "lower update_norm (the noise's bits follow from one record's sensitivity)"
+            if noised
+            else "lower update_norm"
+        )
+    else:
+        fix = f"lower fractional_bits to at most {fitting} or update_norm"
+    bits = "the distributed noise's" if noised else "[secure_aggregation]"
     raise ConfigError(
         f"{where}: a site's bound, [influence] update_norm {update_norm:g} x its weight {largest:g}, does not fit the "
-        f"bounded round's field at [secure_aggregation] fractional_bits = {fractional_bits} (its squared bound must "
+        f"bounded round's field at {bits} fractional_bits = {fractional_bits} (its squared bound must "
         f"stay below about 2^50 in the encoded scale); {fix}"
     )
 

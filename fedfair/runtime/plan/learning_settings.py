@@ -198,7 +198,8 @@ class LearningSettings:
 
         The calibrated noise of training updates of `dimension` values and each party's share of it, carried by
         the honest parties of the smallest survivor set the plan allows
-        (fedfair.runtime.plan.privacy.training_noise).
+        (fedfair.runtime.plan.privacy.training_noise). Under the input bound the auditor adds it all
+        (:mod:`fedfair.runtime.plan.bounded_noise`), in a 61-bit field rather than the plan's words.
         """
         secure, training = self.secure_aggregation, self.training
         floor = self.survivor_floor(collaborators)
@@ -207,7 +208,12 @@ class LearningSettings:
         per_record = self.influence.weight_per_record(self.batch_fraction)
         # The encoder bounds a party's weighted vector by the clipped sum of a Poisson batch of weight / (w_k / b_k)
         # expected records (fedfair.privacy.rounding.batch_radius): the ring counts the largest, max_weight / (w_k / b_k).
-        ring = Ring(secure.modulus_bits, collaborators, honest, secure.max_weight / per_record)
+        # Under the input bound the sum is in F_p, whose Layout holds the bound: no word of the plan wraps.
+        ring = (
+            None
+            if secure.bounds_inputs
+            else Ring(secure.modulus_bits, collaborators, honest, secure.max_weight / per_record)
+        )
         return training_noise(
             self.privacy,
             training.local,
@@ -227,12 +233,15 @@ class LearningSettings:
         """The encoding of round `round_number`'s training updates of `dimension` values.
 
         The plain one, or under [privacy] mode = "distributed" with the round's noise step; the aggregator and
-        every collaborator derive the same one.
+        every collaborator derive the same one. Under the input bound no site noises: the auditor adds the noise
+        (:mod:`fedfair.runtime.plan.bounded_noise`), and the sites encode at the noise's fractional bits.
         """
         encoding = self.secure_aggregation.encoding()
         if not self.privacy.distributed:
             return encoding
         noise, share = self.training_noise(collaborators, dimension)
+        if self.secure_aggregation.bounds_inputs:
+            return dataclasses.replace(encoding, fractional_bits=noise.fractional_bits)
         return noised_encoding(encoding, noise, share, federation_id, round_number, dimension)
 
     def counted_columns(self, round_number: int) -> tuple[CompositionColumn, ...]:

@@ -32,7 +32,7 @@ class BoundedContext:
     bounds: party id -> B^2 in the encoded scale (:func:`squared_bound` of update_norm and its weight).
     aggregator_key, auditor_key: the two verifiers' identity public keys (ECDSA P-256).
     auditor_cipher_key: the auditor's X25519 public key for the round, to which the clients seal its seed.
-    noise_mu: the Skellam parameter each verifier adds to its total (encoded scale); 0 for no noise.
+    noise_mu: the Skellam parameter the auditor adds to its total (encoded scale); 0 for no noise.
     """
 
     federation_id: str

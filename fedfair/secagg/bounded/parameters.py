@@ -81,7 +81,7 @@ def round_parameters(config: SecAggConfig, setup: RoundSetup) -> BoundedParamete
     """The parameters of a round of `config` as every party derives them: the aggregator, the auditor, each site.
 
     The round's roster, dimension and fixed point are the config's (its encoding's fractional bits); the session, the
-    bound, the weights and the identity keys are the runner's (:class:`RoundSetup`, from the plan, the manifest's
+    bound, the weights, the identity keys and the auditor's noise are the runner's (:class:`RoundSetup`, from the plan, the manifest's
     pins and the certificates relayed with the round's public parameters).
 
     Raises:
@@ -110,4 +110,5 @@ def round_parameters(config: SecAggConfig, setup: RoundSetup) -> BoundedParamete
         aggregator_key=setup.keys[setup.aggregator],
         auditor_key=setup.keys[setup.auditor],
         site_keys={party: setup.keys[name] for party, name in sites.items()},
+        noise_mu=setup.noise_mu,
     )

@@ -123,10 +123,17 @@ class BoundedSite:
 class Auditor:
     """The auditor's state for one bounded secure sum: the second verifier, holding the round's cipher key."""
 
-    def __init__(self, parameters: BoundedParameters, identity_key: ec.EllipticCurvePrivateKey) -> None:
-        """``identity_key``: the auditor's, whose public half is ``parameters.auditor_key``."""
+    def __init__(
+        self, parameters: BoundedParameters, identity_key: ec.EllipticCurvePrivateKey, noise_key: bytes | None = None
+    ) -> None:
+        """The auditor's state, before its round key.
+
+        ``identity_key``: the auditor's, whose public half is ``parameters.auditor_key``; ``noise_key``: what its
+        noise is drawn from (:class:`RoundVerifier`).
+        """
         self.parameters = parameters
         self._identity_key = identity_key
+        self._noise_key = noise_key
         self._verifier: RoundVerifier | None = None
         self.unopened: dict[int, str] = {}
         """Site -> why its sealed seed was refused: it is absent (the auditor cannot tell its fault from a relay's)."""
@@ -144,7 +151,9 @@ class Auditor:
         cipher = keys.generate_key_pair()
         public = keys.public_bytes(cipher)
         context = self.parameters.context(public)
-        self._verifier = RoundVerifier(context, Role.HELPER, self._identity_key, self.parameters.site_keys, cipher)
+        self._verifier = RoundVerifier(
+            context, Role.HELPER, self._identity_key, self.parameters.site_keys, cipher, self._noise_key
+        )
         return SignedRoundKey.sign(self._identity_key, self.parameters.binding, public)
 
     def exchange_rosters(self, relay: SeedRelay) -> Exchange[Roster, SeedReveal]:

@@ -173,7 +173,7 @@ class BoundedServer:
 
     @property
     def outcome(self) -> BoundedSum:
-        """The sum of the accepted sites' updates and both verifiers' noise, and who is in it and out."""
+        """The sum of the accepted sites' updates and the auditor's noise, and who is in it and out."""
         if self._result is None:
             raise ProtocolError("the auditor's total has not arrived: the bounded sum is not finished")
         return self._result
@@ -184,8 +184,8 @@ class BoundedServer:
         The weighted sum is the accepted sites' updates (w times delta) in the update's units; the total weight is the
         sum of their plan weights, which are public, so no word of the sum carries it; each site's stochastic
         rounding moved each coordinate by under 2^-f. An update within update_norm w moves no coordinate of the mean
-        by more than update_norm, so that is its clip. The noise (both verifiers' Skellam(noise_mu)) has variance
-        4 noise_mu in the encoded scale.
+        by more than update_norm, so that is its clip. The noise (the auditor's Skellam(noise_mu)) has variance
+        2 noise_mu in the encoded scale.
         """
         result = self.outcome
         scale = 2.0**-self.parameters.fractional_bits
@@ -194,7 +194,7 @@ class BoundedServer:
             total_weight=math.fsum(self.parameters.weights[party] for party in result.accepted),
             error_bound=len(result.accepted) * scale,
             clip=self.parameters.update_norm,
-            noise_std=2.0 * math.sqrt(self.parameters.noise_mu) * scale,
+            noise_std=math.sqrt(2.0 * self.parameters.noise_mu) * scale,
         )
         return AggregateResult(result.total, decoded, result.accepted, {}, self.culprits, {})
 

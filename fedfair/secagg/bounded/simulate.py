@@ -25,6 +25,7 @@ from fedfair.secagg.bounded.messages import SeedRelay, SiteShare
 from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.parameters import BoundedParameters
 from fedfair.secagg.bounded.messages import Encoded
+from fedfair.secagg.bounded.peers import Auditor
 from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord, sign_record
 from fedfair.secagg.bounded.server import BoundedServer
 from fedfair.secagg.bounded.shares import Witness, honest_witness
@@ -82,6 +83,7 @@ def simulate_bounded_round(
     missing_aggregator_part: Collection[int] = (),
     missing_auditor_part: Collection[int] = (),
     noise_mu: float = 0.0,
+    noise_key: bytes | None = None,
     clock: Callable[[], float] = time.perf_counter,
     forged_record: Callable[[VerdictRecord], VerdictRecord] | None = None,
     forged_tags: Callable[[TagSet], TagSet] | None = None,
@@ -93,6 +95,7 @@ def simulate_bounded_round(
     witnesses: per lying site, the witness it proves with (the honest one otherwise).
     missing_aggregator_part: sites whose SHARE upload never reaches the aggregator (so neither part does).
     missing_auditor_part: sites whose sealed seed reaches the auditor corrupted, so it cannot open it.
+    noise_key: what the auditor's noise is drawn from (None: a fresh key).
     clock: what the seconds are read from (``time.process_time`` for CPU seconds).
     forged_record: a hostile aggregator's change to its verdict record, which it signs again before sending it.
     forged_tags: a hostile aggregator's change to the tag set it relays in VERIFY (relayed even where a runtime
@@ -121,7 +124,7 @@ def simulate_bounded_round(
         party: BOUNDED_ROUND.client(parameters, party, key, (witnesses or {}).get(party, honest_witness))
         for party, key in site_keys.items()
     }
-    peers[AUDITOR] = BOUNDED_ROUND.client(parameters, AUDITOR, auditor_key)
+    peers[AUDITOR] = Auditor(parameters, auditor_key, noise_key)
     server = BoundedServer(parameters, aggregator_key)
     seconds = dict.fromkeys(Role, 0.0)
     trace_bytes = dict.fromkeys(Role, 0)

@@ -6,7 +6,7 @@ receive each party's signed part (a refused or missing part leaves the party abs
 (:class:`Roster`: present = both parts arrived, with a commitment to a half of the query seed); reveal the
 half; commit to a message per present party; reveal the signed messages (one that is not the committed one
 is refused); decide. Then the auditor's signed total, the aggregator's verdict record (DECIDE) and the
-sum. DP: each verifier adds Skellam(noise_mu) to its own total (docs/security.md, "Bounded inputs").
+sum. DP: the auditor alone adds Skellam(noise_mu) to its signed total (docs/security.md, "Bounded inputs").
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Step(enum.IntEnum):
 class BoundedSum:
     """The outcome of a bounded secure sum at the aggregator.
 
-    total: the sum of the accepted parties' encoded updates and of both verifiers' noise (signed integers).
+    total: the sum of the accepted parties' encoded updates and of the auditor's noise (signed integers).
     accepted: the parties in the sum; excluded: party -> why its proof failed; absent: parties whose two
         parts did not both arrive (neither in the sum nor named).
     fractional_bits: f, so that ``total / 2^f`` is the sum in the update's units (:meth:`decoded`).
@@ -81,8 +81,13 @@ class RoundVerifier:
         identity_key: ec.EllipticCurvePrivateKey,
         client_keys: dict[int, ec.EllipticCurvePublicKey],
         auditor_cipher: X25519PrivateKey | None = None,
+        noise_key: bytes | None = None,
     ) -> None:
-        """``auditor_cipher``: the auditor's X25519 round key (the auditor only), whose public half is in the context."""
+        """``auditor_cipher``: the auditor's X25519 round key (the auditor only), whose public half is in the context.
+
+        ``noise_key``: the 32-byte key the auditor's noise is drawn from; None draws one from the OS's CSPRNG. A key
+        kept per round lets a round run again carry the same noise (:mod:`fedfair.runtime.auditor.totals`).
+        """
         if (role is Role.HELPER) != (auditor_cipher is not None):
             raise ConfigError(
                 "the auditor, and only the auditor, holds the round's cipher key: pass it to the auditor's"
@@ -92,6 +97,7 @@ class RoundVerifier:
         self._identity_key = identity_key
         self._client_keys = client_keys
         self._auditor_cipher = auditor_cipher
+        self._noise_key = os.urandom(32) if noise_key is None else noise_key
         self.step = Step.UPLOADS
         self._shares: dict[int, LeaderShare | HelperShare] = {}
         self._seed_half = os.urandom(SEED_BYTES)
@@ -219,15 +225,17 @@ class RoundVerifier:
         return tuple(party for party in self.present if self.verdicts.get(party, Verdict(party, False)).accepted)
 
     def noised_total(self) -> np.ndarray:
-        """This verifier's total over the accepted parties, plus its own Skellam(noise_mu) noise (field elements).
+        """This verifier's total over the accepted parties (field elements); the auditor's adds Skellam(noise_mu).
 
-        The noise is drawn once: asked again, the same total comes back (a fresh draw would let the two be averaged).
+        Only the auditor's total is signed, so only its noise is bound to what the sites are shown: noise that the
+        aggregator added to its own total could hide any shift. The noise is drawn once: asked again, the same total
+        comes back (a fresh draw would let the two be averaged).
         """
         if self._noised_total is not None:
             return self._noised_total
         total = self.share_sum()
-        if self.context.noise_mu > 0:
-            drawn = noise.skellam(self.context.noise_mu, self.context.dimension, os.urandom(32))
+        if self.role is Role.HELPER and self.context.noise_mu > 0:
+            drawn = noise.skellam(self.context.noise_mu, self.context.dimension, self._noise_key)
             total = field.add(total, field.from_signed(drawn))
         self._noised_total = total
         return total
@@ -269,7 +277,7 @@ class RoundVerifier:
         return sign_record(self.context, self._identity_key, unsigned)
 
     def finish(self, auditor: AuditorTotal) -> BoundedSum:
-        """The sum of the accepted parties' updates (and both verifiers' noise), from the auditor's total.
+        """The sum of the accepted parties' updates (and the auditor's noise), from the auditor's total.
 
         Raises:
             AuthenticationError: the total is not signed by the auditor for this round.

@@ -24,7 +24,7 @@ from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.retries import STARTING_SECONDS, Backoff, RetryPolicy, Target
 from fedfair.runtime.collaborator.watchdog import Watchdog
-from fedfair.runtime.failures import AGGREGATOR_UNREACHABLE, PLAN_CHANGED
+from fedfair.runtime.failures import AGGREGATOR_UNREACHABLE, plan_changed
 from fedfair.runtime.local.processes import start_aggregator, start_collaborator
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest, shared_settings
 from fedfair.runtime.transport import TlsFiles, make_binding, pb, pb_grpc, server_credentials
@@ -159,7 +159,7 @@ def test_retry_lines_are_info_while_the_aggregator_may_be_starting_then_warnings
     backoff = Backoff(policy, "site-a", threading.Event(), target, "site-a")
     backoff.reached = True  # an outage after the aggregator answered once (before it, see test_retries.py)
     down = FailureError(AGGREGATOR_UNREACHABLE, address=target.address, reason="connection refused")
-    changed = PermanentFailureError(PLAN_CHANGED, served="x", changes="y")
+    changed = plan_changed("collaborator", "x", "y")
     with caplog.at_level(logging.INFO, logger="fedfair.collaborator"):
         backoff.retry(0, time.monotonic(), down, "dialling")
         backoff.retry(1, time.monotonic() - STARTING_SECONDS, down, "dialling")
