@@ -357,6 +357,12 @@ def main() -> None:
         action="store_true",
         help="with --as: hold the baseline's server momentum at 0 (its paper's step), a cut stated in the JSON",
     )
+    parser.add_argument(
+        "--hold-step",
+        type=float,
+        metavar="S",
+        help="with --as: hold the baseline's step at S (a rung of the step ladder), a cut stated in the JSON",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--draws", type=Path, help="keep every run's draw in this JSON-lines file as it finishes, and resume from it"
@@ -376,7 +382,12 @@ def main() -> None:
     if args.baseline:
         if not (tuned and args.select):
             raise ConfigError("--as chooses the baseline under DP on the protocol: give --profile tuned and --select R")
-        held = PLAIN_SERVER_STEP if args.plain_server_step else None
+        held = {
+            **(PLAIN_SERVER_STEP if args.plain_server_step else {}),
+            **({} if args.hold_step is None else {tuning.STEP.name: args.hold_step}),
+        }
+        if args.hold_step is not None and args.hold_step not in tuning.STEP.ladder:
+            raise ConfigError(f"--hold-step {args.hold_step:g} is not on the step ladder {tuning.STEP.ladder}")
         chosen, how = baseline_under_dp(args.dataset, study, args.select, args.baseline, args.extension_runs, held)
         kind = f"distributed, {METHOD_LABELS[args.baseline]} chosen under DP"
         method = baseline_search(study, args.baseline).method
