@@ -196,6 +196,21 @@ def plan_changed(role: str, served: str, changes: str) -> PermanentFailureError:
     return PermanentFailureError(PLAN_CHANGED, role=role, served=served, changes=changes)
 
 
+WIRE_VERSION_MISMATCH = FailureClass(
+    "wire-version-mismatch",
+    False,
+    "the aggregator at {address} speaks fedfair wire {theirs} and this {role} wire {ours}: another fedfair release, "
+    "whose messages (the stages of a round) do not mean the same; it joined no round and recorded nothing",
+    "run the same fedfair version at every party: install the federation's release here or on the aggregator "
+    "(`fedfair --version` prints a party's), then start this {role} again",
+)
+
+
+def wire_version_mismatch(role: str, address: str, theirs: str, ours: str) -> PermanentFailureError:
+    """The ``wire-version-mismatch`` failure of a process of `role` whose aggregator at `address` speaks `theirs`."""
+    return PermanentFailureError(WIRE_VERSION_MISMATCH, role=role, address=address, theirs=theirs, ours=ours)
+
+
 AUDITOR_REFUSED = FailureClass(
     "auditor-refused",
     False,
@@ -321,6 +336,7 @@ FAILURES: tuple[FailureClass, ...] = (
     FEDERATION_MISMATCH,
     PLAN_MISMATCH,
     PLAN_CHANGED,
+    WIRE_VERSION_MISMATCH,
     AUDITOR_REFUSED,
     DATA_MISMATCH,
     AGGREGATOR_ERROR,

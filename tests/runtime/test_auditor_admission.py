@@ -28,6 +28,7 @@ from fedfair.runtime.transport import (
     payload_parts,
     pb,
     pb_grpc,
+    plan_request,
     secure_channel,
     server_credentials,
     server_options,
@@ -96,10 +97,6 @@ def aggregator(certs: Path) -> Iterator[Aggregator]:
     yield served
     served.board.close()
     server.stop(grace=None).wait()
-
-
-def plan_request() -> pb.PlanRequest:
-    return pb.PlanRequest(binding=make_binding("", 0, pb.STAGE_JOIN))
 
 
 def open_stage(aggregator: Aggregator, stage: pb.Stage, peers: tuple[str, ...], inputs: bytes) -> pb.Binding:

@@ -24,7 +24,7 @@ from fedfair.runtime.collaborator.preparation import join
 from fedfair.runtime.failures import AUDITOR_REFUSED, EXIT_REFUSED, PLAN_MISMATCH
 from fedfair.runtime.observe.logs import Console
 from fedfair.runtime.plan import aggregator_plan as plan
-from fedfair.runtime.transport import pb
+from fedfair.runtime.transport import WIRE_VERSION, pb
 from tests.runtime.test_input_bound import AUDITOR, declared, federation  # noqa: F401 (the fixture)
 from tests.runtime.test_manifest import aggregator_plan_with
 from tests.runtime.test_plan import CONFIG_TEMPLATE, edited
@@ -39,7 +39,7 @@ class Aggregator:
 
     def GetPlan(self, request: pb.PlanRequest, timeout: float) -> pb.PlanReply:  # noqa: N802 (the RPC's name)
         self.calls += 1
-        return pb.PlanReply(settings=self.payload, plan_digest="0" * 64)
+        return pb.PlanReply(settings=self.payload, plan_digest="0" * 64, wire_version=WIRE_VERSION)
 
 
 class Once:

@@ -53,6 +53,7 @@ from fedfair.runtime.transport import (
     payload_parts,
     pb,
     pb_grpc,
+    plan_request,
     read_payload,
     secure_channel,
 )
@@ -148,7 +149,7 @@ def as_site_a(workspace: Workspace) -> pb_grpc.FederationStub:
 
 
 def join_request() -> pb.PlanRequest:
-    return pb.PlanRequest(binding=make_binding(FEDERATION, 0, pb.STAGE_JOIN))
+    return plan_request(FEDERATION)
 
 
 ADVERTISE = make_binding(FEDERATION, 2, pb.STAGE_ADVERTISE_KEYS)

@@ -35,12 +35,14 @@ from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
     MALFORMED_MESSAGE,
     NOT_EXPECTED,
+    WIRE_VERSION,
     PeerAuthenticator,
     StageGate,
     payload_parts,
     pb,
     pb_grpc,
     receive_upload,
+    refusal_details,
 )
 from fedfair.runtime.transport.stage_gate import STATUS_CODES
 from fedfair.runtime.transport.chunks import digest
@@ -242,12 +244,21 @@ class Servicer(pb_grpc.FederationServicer):
     # ------------------------------------------------------------ what each does
 
     def _plan(self, peer: str, request: pb.PlanRequest, caller: Caller) -> pb.PlanReply:
+        # Checked first: a peer of another release may mean other stages by the same numbers, or bind otherwise.
+        # The refusal path logs it once, naming the peer; the details name both versions and the fix.
+        if request.wire_version != WIRE_VERSION:
+            raise RefusedError(Refusal.NOT_EXPECTED, refusal_details(WIRE_VERSION, request.wire_version))
         # A collaborator may join without knowing the id yet (it learns it here) or name the one it expects.
         if request.binding.federation_id or request.binding.stage != pb.STAGE_JOIN:
             self.gate.check_federation(request.binding)
         # A collaborator with no task stream that fetches the plan is starting: a quorum wait covers it.
         self.board.starts.fetched_plan(peer, peer in self.board.connected())
-        return pb.PlanReply(binding=request.binding, settings=self.settings, plan_digest=self.board.plan_digest)
+        return pb.PlanReply(
+            binding=request.binding,
+            settings=self.settings,
+            plan_digest=self.board.plan_digest,
+            wire_version=WIRE_VERSION,
+        )
 
     def _tasks(self, peer: str, request: pb.TaskRequest, caller: Caller) -> Iterator[pb.Task]:
         context = caller.context

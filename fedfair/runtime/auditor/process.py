@@ -27,15 +27,15 @@ from fedfair.core.errors import (
 )
 from fedfair.runtime.auditor.config import ROLE, AuditorConfig, check_auditor_identity
 from fedfair.runtime.auditor.rounds import AuditorRounds
-from fedfair.runtime.collaborator.connection import Connection
+from fedfair.runtime.collaborator.connection import Connection, get_plan
 from fedfair.runtime.collaborator.preparation import plan_change
 from fedfair.runtime.collaborator.retries import RETRYABLE, DEFAULT_RETRY_POLICY, Backoff, RetryPolicy, Target
-from fedfair.runtime.collaborator.uplink import RPC_SECONDS, Uplink
+from fedfair.runtime.collaborator.uplink import Uplink
 from fedfair.runtime.failures import plan_mismatch
 from fedfair.runtime.manifest_plan import check_shared_settings
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object, load_shared_settings
 from fedfair.runtime.plan.input_bound import TWO_VERIFIERS
-from fedfair.runtime.transport import make_binding, pb, pb_grpc
+from fedfair.runtime.transport import pb, pb_grpc
 
 logger = logging.getLogger("fedfair.auditor")
 
@@ -91,10 +91,7 @@ class AuditorProcess:
         Raises:
             PermanentFailureError: ``plan-mismatch`` naming what does not fit.
         """
-        binding = make_binding("", 0, pb.STAGE_JOIN)
-        reply = self.backoff.call(
-            "fetching the plan", lambda: stub.GetPlan(pb.PlanRequest(binding=binding), timeout=RPC_SECONDS)
-        )
+        reply = self.backoff.call("fetching the plan", lambda: get_plan(stub, ROLE, self.config.aggregator))
         try:
             served = json_object(reply.settings, "the aggregator's plan")
             shared = load_shared_settings(reply.settings)

@@ -24,10 +24,20 @@ from fedfair.runtime.collaborator.retries import Backoff
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS, federation_stub
 from fedfair.runtime.collaborator.watchdog import Watchdog
 from fedfair.runtime.contract import STREAM_ACCEPTED
-from fedfair.runtime.failures import CONNECTION_LOST
+from fedfair.runtime.failures import CONNECTION_LOST, wire_version_mismatch
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.rate_limits import LineBudget, RateLimit
-from fedfair.runtime.transport import TlsFiles, make_binding, pb, pb_grpc, secure_channel
+from fedfair.runtime.transport import (
+    WIRE_VERSION,
+    TlsFiles,
+    describe_version,
+    make_binding,
+    pb,
+    pb_grpc,
+    plan_request,
+    refusing_version,
+    secure_channel,
+)
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -37,6 +47,30 @@ LINE_BURST = 10
 LINE_SECONDS = 60.0
 """Then one line of that kind per this many seconds; the rest are counted on the next line, or on one line when
 the task stream ends: 20,000 tasks refused within a minute add 11 lines, not 20,000."""
+
+
+def get_plan(stub: pb_grpc.FederationStub, role: str, address: str) -> pb.PlanReply:
+    """The aggregator's plan, asked in this release's wire version by a process of `role` dialling `address`.
+
+    An aggregator of another fedfair release refuses the request, or replies in its own version: either way the
+    process stops before any round, with both versions and the fix named.
+
+    Raises:
+        PermanentFailureError: ``wire-version-mismatch`` for an aggregator of another wire version.
+        grpc.RpcError: any other failure of the call, for the caller's back-off to classify.
+    """
+    ours = describe_version(WIRE_VERSION)
+    try:
+        reply: pb.PlanReply = stub.GetPlan(plan_request(), timeout=RPC_SECONDS)
+    except grpc.RpcError as error:
+        refused = error.code() == grpc.StatusCode.FAILED_PRECONDITION
+        theirs = refusing_version(error.details()) if refused else None
+        if theirs is None:
+            raise
+        raise wire_version_mismatch(role, address, describe_version(theirs), ours) from None
+    if reply.wire_version != WIRE_VERSION:
+        raise wire_version_mismatch(role, address, describe_version(reply.wire_version), ours)
+    return reply
 
 
 class Dialling(Protocol):
@@ -180,9 +214,7 @@ class Connection(Generic[Settings]):
     def _fetch_plan(self) -> pb.PlanReply:
         """The aggregator's plan, over a new channel (a channel to a restarting aggregator reconnects slowly)."""
         with self._dial() as channel:
-            binding = make_binding("", 0, pb.STAGE_JOIN)
-            reply: pb.PlanReply = federation_stub(channel).GetPlan(pb.PlanRequest(binding=binding), timeout=RPC_SECONDS)
-            return reply
+            return get_plan(federation_stub(channel), self.role, self.config.aggregator)
 
     def _dial(self) -> grpc.Channel:
         """A new mutual-TLS channel to the aggregator."""

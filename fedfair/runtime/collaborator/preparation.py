@@ -29,6 +29,7 @@ from fedfair.core.models import flat_parameters
 from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.statistics import noised_statistics_vector, statistics_vector
 from fedfair.runtime.collaborator.charges import open_ledger
+from fedfair.runtime.collaborator.connection import get_plan
 from fedfair.runtime.collaborator.consent import check_input_bound
 from fedfair.runtime.collaborator.input_record import InputRecord
 from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
@@ -46,7 +47,6 @@ from fedfair.runtime.collaborator.trainer import (
     check_schema_table,
     encoded_data,
 )
-from fedfair.runtime.collaborator.uplink import RPC_SECONDS
 from fedfair import pki
 from fedfair.pki.roster import settings_digest
 from fedfair.runtime.composition_counts import composition_columns
@@ -57,7 +57,7 @@ from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object, lo
 from fedfair.runtime.plan.model import ModelSettings
 from fedfair.runtime.preprocessing import model_for, read_encoder_payload
 from fedfair.runtime.plan.privacy import privacy_shortfall
-from fedfair.runtime.transport import make_binding, pb, pb_grpc
+from fedfair.runtime.transport import pb, pb_grpc
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -138,10 +138,7 @@ def join(
     """
     # Joined without naming the federation, so that another federation's aggregator answers with
     # its id (compared below, named in the message) rather than a generic refusal of the binding.
-    binding = make_binding("", 0, pb.STAGE_JOIN)
-    reply = backoff.call(
-        "fetching the plan", lambda: stub.GetPlan(pb.PlanRequest(binding=binding), timeout=RPC_SECONDS)
-    )
+    reply = backoff.call("fetching the plan", lambda: get_plan(stub, "collaborator", config.aggregator))
     try:
         served = json_object(reply.settings, "the aggregator's plan")
         shared = load_shared_settings(reply.settings)

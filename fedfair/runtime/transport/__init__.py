@@ -7,6 +7,7 @@
 - ``binding``: every message bound to (federation id, round, stage); replays and late
   messages refused with one generic message.
 - ``security``: credentials from the certs folder, peer identity from the certificate alone.
+- ``wire_version``: the schema version a peer speaks, checked at GetPlan, so another release is refused at once.
 """
 
 from fedfair.core.errors import WireError
@@ -53,6 +54,13 @@ from fedfair.runtime.transport.security import (
     server_credentials,
     server_options,
 )
+from fedfair.runtime.transport.wire_version import (
+    WIRE_VERSION,
+    describe_version,
+    plan_request,
+    refusal_details,
+    refusing_version,
+)
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -68,6 +76,7 @@ __all__ = [
     "StageGate",
     "TlsFiles",
     "Uploader",
+    "WIRE_VERSION",
     "WireError",
     "assemble",
     "channel_credentials",
@@ -75,6 +84,7 @@ __all__ = [
     "check_tls_files",
     "decode_tensor",
     "describe_binding",
+    "describe_version",
     "digest",
     "encode_tensor",
     "inline_input",
@@ -85,9 +95,12 @@ __all__ = [
     "pb",
     "pb_grpc",
     "peer_certificate",
+    "plan_request",
     "read_model",
     "read_payload",
     "receive_upload",
+    "refusal_details",
+    "refusing_version",
     "secure_channel",
     "server_credentials",
     "server_options",

@@ -117,20 +117,24 @@ class Chunk(_message.Message):
     def __init__(self, index: _Optional[int] = ..., count: _Optional[int] = ..., total_size: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class PlanRequest(_message.Message):
-    __slots__ = ("binding",)
+    __slots__ = ("binding", "wire_version")
     BINDING_FIELD_NUMBER: _ClassVar[int]
+    WIRE_VERSION_FIELD_NUMBER: _ClassVar[int]
     binding: Binding
-    def __init__(self, binding: _Optional[_Union[Binding, _Mapping]] = ...) -> None: ...
+    wire_version: int
+    def __init__(self, binding: _Optional[_Union[Binding, _Mapping]] = ..., wire_version: _Optional[int] = ...) -> None: ...
 
 class PlanReply(_message.Message):
-    __slots__ = ("binding", "settings", "plan_digest")
+    __slots__ = ("binding", "settings", "plan_digest", "wire_version")
     BINDING_FIELD_NUMBER: _ClassVar[int]
     SETTINGS_FIELD_NUMBER: _ClassVar[int]
     PLAN_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    WIRE_VERSION_FIELD_NUMBER: _ClassVar[int]
     binding: Binding
     settings: bytes
     plan_digest: str
-    def __init__(self, binding: _Optional[_Union[Binding, _Mapping]] = ..., settings: _Optional[bytes] = ..., plan_digest: _Optional[str] = ...) -> None: ...
+    wire_version: int
+    def __init__(self, binding: _Optional[_Union[Binding, _Mapping]] = ..., settings: _Optional[bytes] = ..., plan_digest: _Optional[str] = ..., wire_version: _Optional[int] = ...) -> None: ...
 
 class TaskRequest(_message.Message):
     __slots__ = ("after",)

@@ -44,6 +44,7 @@ from fedfair.runtime.transport import (
     payload_parts,
     pb,
     pb_grpc,
+    plan_request,
     secure_channel,
     server_credentials,
     server_options,
@@ -134,7 +135,7 @@ def test_streams_opened_and_cancelled_in_a_loop_cannot_starve_an_honest_get_plan
     hold their streams until site-a's calls are done, so a GetPlan that waited for them would never end."""
     assert worker_threads(len(NAMES)) < 100  # the pool is sized for the roster, not for the attackers
     honest = aggregator.stub("site-a")
-    honest.GetPlan(pb.PlanRequest(binding=JOIN), timeout=TIMEOUT)  # the TLS session is up before timing
+    honest.GetPlan(plan_request(FEDERATION), timeout=TIMEOUT)  # the TLS session is up before timing
     honest_stream = honest.WaitForTasks(tasks())
     assert eventually(lambda: "site-a" in aggregator.board.connected())
 
@@ -162,7 +163,7 @@ def test_streams_opened_and_cancelled_in_a_loop_cannot_starve_an_honest_get_plan
         assert opened.acquire(timeout=6 * TIMEOUT)
     answered = 0
     while answered < 10 or any(churner.is_alive() for churner in churners):
-        honest.GetPlan(pb.PlanRequest(binding=JOIN), timeout=TIMEOUT)  # starved, it ends DEADLINE_EXCEEDED
+        honest.GetPlan(plan_request(FEDERATION), timeout=TIMEOUT)  # starved, it ends DEADLINE_EXCEEDED
         answered += 1
     assert all(burst.is_alive() for burst in bursts)  # every answer came while the bursts held their streams
     done.set()
@@ -225,7 +226,7 @@ def test_callers_without_an_admitted_certificate_never_wait(
     from the CA whose name is not on the plan: refused before anything waits, with one line."""
     with caplog.at_level(logging.DEBUG, logger="fedfair.aggregator"):
         anonymous = aggregator.stub_without_certificate()
-        refused(lambda: anonymous.GetPlan(pb.PlanRequest(binding=JOIN), timeout=TIMEOUT), grpc.StatusCode.UNAVAILABLE)
+        refused(lambda: anonymous.GetPlan(plan_request(FEDERATION), timeout=TIMEOUT), grpc.StatusCode.UNAVAILABLE)
         refused(lambda: next(anonymous.WaitForTasks(tasks(), timeout=TIMEOUT)), grpc.StatusCode.UNAVAILABLE)
         assert not [record for record in caplog.records if record.name == "fedfair.aggregator"]
         # PERMISSION_DENIED, not DEADLINE_EXCEEDED: the stream was refused, not left waiting for a task.
@@ -563,10 +564,10 @@ def test_connects_and_departures_are_logged_once_with_the_certified_name(
 ) -> None:
     caplog.set_level(logging.INFO, logger="fedfair.aggregator")
     stub = aggregator.stub("site-a")
-    stub.GetPlan(pb.PlanRequest(binding=JOIN), timeout=TIMEOUT)
+    stub.GetPlan(plan_request(FEDERATION), timeout=TIMEOUT)
     stream = stub.WaitForTasks(tasks(), timeout=TIMEOUT)
     assert eventually(lambda: aggregator.board.connected() == {"site-a"})
-    stub.GetPlan(pb.PlanRequest(binding=JOIN), timeout=TIMEOUT)
+    stub.GetPlan(plan_request(FEDERATION), timeout=TIMEOUT)
     stream.cancel()
     assert eventually(lambda: not aggregator.board.connected())
     assert eventually(lambda: "site-a disconnected" in aggregator_lines(caplog))

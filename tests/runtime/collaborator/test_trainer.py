@@ -49,6 +49,7 @@ from fedfair.runtime.plan.aggregator_plan import (
     shared_settings,
 )
 from fedfair.runtime.transport import (
+    WIRE_VERSION,
     TlsFiles,
     make_binding,
     pb,
@@ -70,7 +71,9 @@ class Recorder(pb_grpc.FederationServicer):
         self.reports: list[pb.StatusReport] = []
 
     def GetPlan(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> pb.PlanReply:
-        return pb.PlanReply(binding=request.binding, settings=self.settings, plan_digest=self.digest)
+        return pb.PlanReply(
+            binding=request.binding, settings=self.settings, plan_digest=self.digest, wire_version=WIRE_VERSION
+        )
 
     def Report(self, request: pb.StatusReport, context: grpc.ServicerContext) -> pb.Receipt:
         self.reports.append(request)

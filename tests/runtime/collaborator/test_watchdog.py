@@ -27,7 +27,7 @@ from fedfair.runtime.collaborator.watchdog import Watchdog
 from fedfair.runtime.failures import AGGREGATOR_UNREACHABLE, plan_changed
 from fedfair.runtime.local.processes import start_aggregator, start_collaborator
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest, shared_settings
-from fedfair.runtime.transport import TlsFiles, make_binding, pb, pb_grpc, server_credentials
+from fedfair.runtime.transport import WIRE_VERSION, TlsFiles, make_binding, pb, pb_grpc, server_credentials
 from tests.runtime.harness import eventually, new_workspace
 
 NAMES = ["site-a", "site-b", "site-c"]
@@ -105,7 +105,9 @@ class StallingAggregator(pb_grpc.FederationServicer):
         self.stalled = threading.Event()
 
     def GetPlan(self, request: pb.PlanRequest, context: grpc.ServicerContext) -> pb.PlanReply:
-        return pb.PlanReply(binding=request.binding, settings=self.settings, plan_digest=self.digest)
+        return pb.PlanReply(
+            binding=request.binding, settings=self.settings, plan_digest=self.digest, wire_version=WIRE_VERSION
+        )
 
     def WaitForTasks(self, request: pb.TaskRequest, context: grpc.ServicerContext) -> Iterator[pb.Task]:
         binding = make_binding(request.after.federation_id, 1, pb.STAGE_TRAIN)
