@@ -468,3 +468,12 @@ def test_each_scenario_charges_ledgers_of_its_own_never_the_users(
         fedfair_logger.setLevel(level)
     assert seen == {"outcome": keep / "ledgers" / "outcome", "rotation": keep / "ledgers" / "rotation"}
     assert ledger_folder() == users and not users.exists()
+
+
+def test_the_hostile_client_speaks_this_releases_wire_version() -> None:
+    """It keeps its own copy (an outsider imports no fedfair constant); a raised version must reach it too."""
+    from attacks.hostile_client import WIRE_VERSION as HOSTILE_VERSION
+
+    from fedfair.runtime.transport import WIRE_VERSION
+
+    assert HOSTILE_VERSION == WIRE_VERSION, "raise WIRE_VERSION in benchmarks/attacks/hostile_client.py as well"

@@ -34,7 +34,7 @@ from typing import Any
 import grpc
 
 from attacks.fuzz_mutations import BYTE_MUTATIONS, field_mutation, random_wire
-from attacks.hostile_client import RawFederation, bind, join_binding, parts
+from attacks.hostile_client import WIRE_VERSION, RawFederation, bind, join_binding, parts
 from fedfair.runtime.transport import fedfair_pb2 as pb
 
 FUZZ_DEADLINE_SECONDS = 5.0
@@ -308,7 +308,9 @@ class Campaign:
     def _base_request(rng: random.Random, target: Target, rpc: str) -> Any:
         federation = target.federation_id
         if rpc == "GetPlan":
-            return pb.PlanRequest(binding=rng.choice((join_binding(federation), target.open_stage)))
+            return pb.PlanRequest(
+                binding=rng.choice((join_binding(federation), target.open_stage)), wire_version=WIRE_VERSION
+            )
         if rpc == "WaitForTasks":
             return pb.TaskRequest(after=rng.choice((join_binding(federation), target.train_stage)))
         if rpc == "DownloadModel":

@@ -85,6 +85,10 @@ def bind(federation_id: str, round_number: int, stage: int) -> pb.Binding:
     return pb.Binding(federation_id=federation_id, round=round_number, stage=stage)  # type: ignore[arg-type]
 
 
+WIRE_VERSION = 2
+"""The wire version this client speaks, read off the schema's release (an outsider holds no fedfair constant)."""
+
+
 def join_binding(federation_id: str) -> pb.Binding:
     return bind(federation_id, 0, pb.STAGE_JOIN)
 
@@ -171,7 +175,11 @@ def fetch(channel: grpc.Channel, binding: pb.Binding, *, deadline: float = DEADL
 
 def get_plan(channel: grpc.Channel, federation_id: str, *, deadline: float = DEADLINE_SECONDS) -> Answer:
     federation = stub(channel)
-    return ask(lambda: federation.GetPlan(pb.PlanRequest(binding=join_binding(federation_id)), timeout=deadline))
+    return ask(
+        lambda: federation.GetPlan(
+            pb.PlanRequest(binding=join_binding(federation_id), wire_version=WIRE_VERSION), timeout=deadline
+        )
+    )
 
 
 def status_report(binding: pb.Binding, status: int, epsilon: float | None = None) -> bytes:
@@ -263,7 +271,9 @@ class TaskFollower:
     def _run(self) -> None:
         federation = stub(self.channel)
         try:
-            federation.GetPlan(pb.PlanRequest(binding=join_binding(self.federation_id)), timeout=30)
+            federation.GetPlan(
+                pb.PlanRequest(binding=join_binding(self.federation_id), wire_version=WIRE_VERSION), timeout=30
+            )
             self._stream = federation.WaitForTasks(pb.TaskRequest(after=join_binding(self.federation_id)))
             for task in self._stream:
                 if task.action == pb.ACTION_FINISHED:

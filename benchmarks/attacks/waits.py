@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from attacks.hostile_client import Credentials, join_binding, open_channel, stub
+from attacks.hostile_client import WIRE_VERSION, Credentials, join_binding, open_channel, stub
 from attacks.rows import PATCHED_AGGREGATOR, PATCHED_COLLABORATOR, PURE, RowBook
 from fedfair.privacy.accounting import STATE_FORMAT, STATE_VERSION
 from fedfair.runtime.local.processes import Child, aggregator_command, child_environment, collaborator_command
@@ -251,7 +251,9 @@ def reconnect_row(workspace: Workspace, aggregator: Child, book: RowBook, reconn
         try:
             federation = stub(channel)
             request = pb.TaskRequest(after=join_binding(FEDERATION_ID))
-            federation.GetPlan(pb.PlanRequest(binding=join_binding(FEDERATION_ID)), timeout=10.0)
+            federation.GetPlan(
+                pb.PlanRequest(binding=join_binding(FEDERATION_ID), wire_version=WIRE_VERSION), timeout=10.0
+            )
             time.sleep(1.0)
             before = _presence_lines(workspace, aggregator, "site-b")
             started = time.monotonic()

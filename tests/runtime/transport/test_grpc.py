@@ -37,6 +37,7 @@ from fedfair.runtime.transport import (
     payload_parts,
     pb,
     pb_grpc,
+    plan_request,
     read_model,
     read_payload,
     receive_upload,
@@ -227,7 +228,7 @@ def stub_with(port: int, credentials: grpc.ChannelCredentials, **options: str) -
 
 
 def join_request() -> pb.PlanRequest:
-    return pb.PlanRequest(binding=make_binding(FEDERATION, 0, pb.STAGE_JOIN))
+    return plan_request(FEDERATION)
 
 
 # ---------------------------------------------------------------- mutual TLS and identity
