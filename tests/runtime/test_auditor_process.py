@@ -42,7 +42,7 @@ from fedfair.runtime.auditor.config import (
 from fedfair.runtime.auditor.process import AuditorProcess
 from fedfair.runtime.collaborator.bounded_steps import bounded_encoding
 from fedfair.runtime.collaborator.preparation import plan_change
-from fedfair.runtime.collaborator.retries import RetryPolicy
+from fedfair.runtime.collaborator.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from fedfair.runtime.collaborator.stage_steps import STEPS
 from fedfair.runtime.collaborator.steps import Work
 from fedfair.runtime.contract import ACCEPTED, BOUNDED_TRAINING
@@ -307,6 +307,15 @@ def test_its_file_names_its_files_as_a_collaborators_does_and_refuses_unknown_ke
         federation / "manifest.toml",
     )
     check_auditor_identity(config)
+    assert config.retry == DEFAULT_RETRY_POLICY
+    with (folder / "auditor.toml").open("a") as file:
+        file.write("[retry]\nmax_wait_seconds = 60\nfirst_delay_seconds = 2\n")
+    retry = load_auditor_config(folder / "auditor.toml").retry
+    assert (retry.max_wait_seconds, retry.base_seconds) == (60.0, 2.0)
+    with (folder / "auditor.toml").open("a") as file:
+        file.write("max_delay_seconds = 1\n")
+    with pytest.raises(ConfigError, match=r"\[retry\] max_delay_seconds = 1 is below first_delay_seconds = 2"):
+        load_auditor_config(folder / "auditor.toml")
     (folder / "auditor.toml").write_text('[auditor]\nname = "audit-co"\naggregator = "127.0.0.1:9"\nmanifests = "m"\n')
     with pytest.raises(ConfigError, match="manifests"):
         load_auditor_config(folder / "auditor.toml")

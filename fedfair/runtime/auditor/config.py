@@ -22,7 +22,8 @@ from fedfair import pki
 from fedfair.core.errors import ConfigError
 from fedfair.core.tables import ADDRESS_RE, Table, check_sections, read_toml
 from fedfair.pki.names import validate_name
-from fedfair.runtime.collaborator.config import DEFAULT_IDLE_TIMEOUT_SECONDS
+from fedfair.runtime.collaborator.config import DEFAULT_IDLE_TIMEOUT_SECONDS, retry_policy
+from fedfair.runtime.collaborator.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from fedfair.runtime.manifest import Manifest, check_certificate, load_manifest, pinned_auditor
 from fedfair.runtime.transport import TlsFiles, check_tls_files
 
@@ -48,6 +49,8 @@ class AuditorConfig:
     source: Path | None = None
     idle_timeout_seconds: float = DEFAULT_IDLE_TIMEOUT_SECONDS
     """Seconds without progress before the auditor gives up on its aggregator, as a collaborator does."""
+    retry: RetryPolicy = DEFAULT_RETRY_POLICY
+    """How long a lost aggregator is waited for ([retry], the keys of a collaborator's)."""
 
     @property
     def aggregator_name(self) -> str:
@@ -69,7 +72,7 @@ def load_auditor_config(path: Path | str) -> AuditorConfig:
 def parse_auditor_config(data: dict[str, Any], source: Path) -> AuditorConfig:
     """Check an ``auditor.toml`` already read: every key known, the manifest loaded, each path resolved."""
     where, base = str(source), source.parent
-    check_sections(where, data, ("auditor", "certificates"))
+    check_sections(where, data, ("auditor", "certificates", "retry"))
     me = Table.of(where, data, "auditor", ("name", "aggregator", "manifest", "folder", "idle_timeout_seconds"))
     name = me.name("name", validate_name)
     certificates = TlsFiles.from_section(where, data, base, name)
@@ -90,6 +93,7 @@ def parse_auditor_config(data: dict[str, Any], source: Path) -> AuditorConfig:
             check=lambda x: x >= 1,
             expected="seconds >= 1 (how long to wait on a silent aggregator)",
         ),
+        retry=retry_policy(where, data),
     )
 
 

@@ -29,7 +29,7 @@ from fedfair.runtime.auditor.config import ROLE, AuditorConfig, check_auditor_id
 from fedfair.runtime.auditor.rounds import AuditorRounds
 from fedfair.runtime.collaborator.connection import Connection, get_plan
 from fedfair.runtime.collaborator.preparation import plan_change
-from fedfair.runtime.collaborator.retries import RETRYABLE, DEFAULT_RETRY_POLICY, Backoff, RetryPolicy, Target
+from fedfair.runtime.collaborator.retries import RETRYABLE, Backoff, RetryPolicy, Target
 from fedfair.runtime.collaborator.uplink import Uplink
 from fedfair.runtime.failures import plan_mismatch
 from fedfair.runtime.manifest_plan import check_shared_settings
@@ -43,13 +43,16 @@ logger = logging.getLogger("fedfair.auditor")
 class AuditorProcess:
     """One auditor institution's process: the second verifier of every bounded sum of the federation."""
 
-    def __init__(self, config: AuditorConfig, *, retry: RetryPolicy = DEFAULT_RETRY_POLICY) -> None:
-        """Check everything local before any connection; a ConfigError names the file and the fix."""
+    def __init__(self, config: AuditorConfig, *, retry: RetryPolicy | None = None) -> None:
+        """Check everything local before any connection; a ConfigError names the file and the fix.
+
+        `retry` replaces the config's [retry] (tests shorten it).
+        """
         self.config = config
         self.identity = check_auditor_identity(config)
         stop = threading.Event()
         target = Target(config.aggregator, config.certificates, config.aggregator_name)
-        self.backoff = Backoff(retry, config.name, stop, target, config.name)
+        self.backoff = Backoff(retry or config.retry, config.name, stop, target, config.name)
         self.connection = Connection(config, self.backoff, stop, self, role=ROLE)
         self.uplink = Uplink()
         self._shared: SharedSettings | None = None

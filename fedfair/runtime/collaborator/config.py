@@ -180,7 +180,7 @@ def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> Collabor
         source=source,
         federation=federation,
         manifest=manifest,
-        retry=_retry(where, data),
+        retry=retry_policy(where, data),
         share_epsilon=Table.of(where, data, "privacy", (*PRIVACY_KEYS, SHARE_EPSILON_KEY)).boolean(
             SHARE_EPSILON_KEY, False
         ),
@@ -328,8 +328,11 @@ def _privacy(source: str, data: Mapping[str, object]) -> PrivacyConfig:
     )
 
 
-def _retry(source: str, data: Mapping[str, object]) -> RetryPolicy:
-    """[retry]: how long an unreachable aggregator is waited for, and the back-off's first and largest delay."""
+def retry_policy(source: str, data: Mapping[str, object]) -> RetryPolicy:
+    """[retry] of a collaborator's or the auditor's file: how long an unreachable aggregator is waited for.
+
+    Also the back-off's first and largest delay; the defaults stand where a key or the section is left out.
+    """
     t = Table.of(source, data, "retry", RETRY_KEYS)
     d = DEFAULT_RETRY_POLICY
     max_wait = t.number("max_wait_seconds", d.max_wait_seconds, check=lambda x: x > 0, expected="seconds > 0")
