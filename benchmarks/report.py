@@ -106,6 +106,7 @@ SECTIONS: dict[str, Shows] = {
     "dp_propfair_adult": dp_baseline,
     "dp_deltafl_adult": dp_baseline,
     "dp_propfair_census_income": dp_baseline,
+    "dp_deltafl_census_income": dp_baseline,
     "convergence_bench": convergence_bench,
     "reference_gap": reference_gap,
     "influence_bench": influence_bench,
