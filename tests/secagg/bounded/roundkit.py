@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -15,6 +17,7 @@ from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.exchange import Reveal
 from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.parameters import BoundedParameters
+from fedfair.secagg.bounded.simulate import BoundedTrace, simulate_bounded_round
 from fedfair.secagg.bounded.upload import LeaderUpload, SealedSeed, make_uploads
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import RoundVerifier
@@ -25,6 +28,20 @@ liar_witness = lying_witness
 DIMENSION = 60
 FRACTIONAL_BITS = 8
 UPDATE_NORM = 1.0
+
+
+def simulated(inputs: Mapping[int, np.ndarray], weights: Mapping[int, float], **options: Any) -> BoundedTrace:
+    """`simulate_bounded_round` of the sites' encoded `inputs` (all of one dimension) at this kit's bits and norm;
+    `options` are its faults, witnesses and noise."""
+    dimension = len(next(iter(inputs.values())))
+    return simulate_bounded_round(
+        dimension=dimension,
+        fractional_bits=FRACTIONAL_BITS,
+        update_norm=UPDATE_NORM,
+        weights=weights,
+        encoded_input=inputs.__getitem__,
+        **options,
+    )
 
 
 def bounded_parameters(

@@ -16,9 +16,9 @@ from fedfair.secagg.bounded.messages import SignedRoundKey, round_binding
 from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.peers import BoundedSite
 from fedfair.secagg.bounded.shares import encode_within_bound
-from fedfair.secagg.bounded.simulate import simulate_bounded_round
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND, BoundedStage
 from tests.secagg.bounded.roundkit import (
+    simulated,
     DIMENSION,
     FRACTIONAL_BITS,
     UPDATE_NORM,
@@ -49,14 +49,7 @@ def test_a_liar_is_excluded_and_named_at_its_first_round_and_the_others_sum_is_e
     inputs = {party: at_bound(party, weight) for party, weight in WEIGHTS.items()}
     inputs[liar] = liar_at(liar, WEIGHTS[liar], factor)
     assert sum(int(v) ** 2 for v in inputs[liar]) > squared_bound(UPDATE_NORM, WEIGHTS[liar], FRACTIONAL_BITS)
-    trace = simulate_bounded_round(
-        dimension=DIMENSION,
-        fractional_bits=FRACTIONAL_BITS,
-        update_norm=UPDATE_NORM,
-        weights=WEIGHTS,
-        encoded_input=inputs.__getitem__,
-        witnesses={liar: liar_witness},
-    )
+    trace = simulated(inputs, WEIGHTS, witnesses={liar: liar_witness})
     honest = (0, 1, 3)
     assert trace.result.accepted == honest and set(trace.result.excluded) == {liar} and trace.result.absent == ()
     assert any(reason.startswith("norm") for reason in trace.result.excluded[liar])
@@ -78,28 +71,18 @@ def test_honest_sites_at_exactly_their_bounds_are_never_excluded(
 ) -> None:
     plan = dict(enumerate(weights))
     inputs = {party: at_bound(party, weight, dimension, seed) for party, weight in plan.items()}
-    trace = simulate_bounded_round(
-        dimension=dimension,
-        fractional_bits=FRACTIONAL_BITS,
-        update_norm=UPDATE_NORM,
-        weights=plan,
-        encoded_input=inputs.__getitem__,
-    )
+    trace = simulated(inputs, plan)
     assert trace.result.accepted == tuple(plan) and not trace.result.excluded, trace.result.excluded
     np.testing.assert_array_equal(trace.result.total, sum(inputs.values()))
+    # and each verifies the total it is in (VERIFY: tests/secagg/bounded/test_total.py)
+    assert set(trace.totals) == set(plan) and not trace.refusals
+    for total in trace.totals.values():
+        np.testing.assert_array_equal(total, sum(inputs.values()))
 
 
 def test_a_site_whose_part_did_not_arrive_is_absent_not_named() -> None:
     inputs = {party: at_bound(party, weight) for party, weight in WEIGHTS.items()}
-    trace = simulate_bounded_round(
-        dimension=DIMENSION,
-        fractional_bits=FRACTIONAL_BITS,
-        update_norm=UPDATE_NORM,
-        weights=WEIGHTS,
-        encoded_input=inputs.__getitem__,
-        missing_auditor_part={1},
-        missing_aggregator_part={3},
-    )
+    trace = simulated(inputs, WEIGHTS, missing_auditor_part={1}, missing_aggregator_part={3})
     assert trace.result.accepted == (0, 2) and trace.result.absent == (1, 3) and not trace.result.excluded
     assert set(trace.record.evidence) == {0, 2}
     assert all(not findings.liars for findings in trace.findings.values())
@@ -116,14 +99,7 @@ def test_the_auditor_alone_adds_the_noise_outside_the_bound() -> None:
     mu, dimension = 50.0, 4000
     weights = {0: 1.0, 1: 0.5}
     inputs = {party: at_bound(party, weight, dimension) for party, weight in weights.items()}
-    trace = simulate_bounded_round(
-        dimension=dimension,
-        fractional_bits=FRACTIONAL_BITS,
-        update_norm=UPDATE_NORM,
-        weights=weights,
-        encoded_input=inputs.__getitem__,
-        noise_mu=mu,
-    )
+    trace = simulated(inputs, weights, noise_mu=mu)
     assert trace.result.accepted == (0, 1)  # sites at exactly their bound: the noise is not theirs to prove
     assert trace.context.bounds == {p: squared_bound(UPDATE_NORM, w, FRACTIONAL_BITS) for p, w in weights.items()}
     noise = (trace.result.total - inputs[0] - inputs[1]).astype(np.float64)
@@ -139,15 +115,7 @@ def test_the_auditors_noise_follows_its_key_so_a_round_run_again_carries_the_sam
     inputs = {party: at_bound(party, weight, dimension) for party, weight in weights.items()}
 
     def total(key: bytes) -> np.ndarray:
-        trace = simulate_bounded_round(
-            dimension=dimension,
-            fractional_bits=FRACTIONAL_BITS,
-            update_norm=UPDATE_NORM,
-            weights=weights,
-            encoded_input=inputs.__getitem__,
-            noise_mu=50.0,
-            noise_key=key,
-        )
+        trace = simulated(inputs, weights, noise_mu=50.0, noise_key=key)
         return trace.result.total
 
     first, again = total(b"k" * 32), total(b"k" * 32)

@@ -12,9 +12,9 @@ from fedfair.core.errors import AuthenticationError, VerificationError, VerifyRe
 from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded.exchange import AuditorTotal
 from fedfair.secagg.bounded.record import VerdictRecord
-from fedfair.secagg.bounded.simulate import BoundedTrace, simulate_bounded_round
+from fedfair.secagg.bounded.simulate import BoundedTrace
 from fedfair.secagg.bounded.total import SiteTags, TagSet
-from tests.secagg.bounded.roundkit import DIMENSION, FRACTIONAL_BITS, UPDATE_NORM, liar_witness
+from tests.secagg.bounded.roundkit import DIMENSION, liar_witness, simulated
 from tests.secagg.bounded.test_round import WEIGHTS, at_bound, liar_at
 
 LIAR = 2
@@ -24,15 +24,7 @@ def bounded_round(**faults: object) -> tuple[BoundedTrace, dict[int, np.ndarray]
     """The round of WEIGHTS, site 2 lying at 2.5 times its bound, with a hostile aggregator's `faults`."""
     inputs = {party: at_bound(party, weight) for party, weight in WEIGHTS.items()}
     inputs[LIAR] = liar_at(LIAR, WEIGHTS[LIAR], 2.5)
-    trace = simulate_bounded_round(
-        dimension=DIMENSION,
-        fractional_bits=FRACTIONAL_BITS,
-        update_norm=UPDATE_NORM,
-        weights=WEIGHTS,
-        encoded_input=inputs.__getitem__,
-        witnesses={LIAR: liar_witness},
-        **faults,  # type: ignore[arg-type]
-    )
+    trace = simulated(inputs, WEIGHTS, witnesses={LIAR: liar_witness}, **faults)
     return trace, inputs
 
 
@@ -52,29 +44,6 @@ def test_every_honest_site_verifies_the_exact_sum_and_the_liar_tags_nothing() ->
     for total in trace.totals.values():
         np.testing.assert_array_equal(total, exact)
     np.testing.assert_array_equal(trace.result.total, exact)  # what the aggregator applies is what each verified
-
-
-@settings(max_examples=10, deadline=None)
-@given(
-    weights=st.lists(st.floats(0.05, 1.0), min_size=1, max_size=4),
-    dimension=st.integers(1, 80),
-    seed=st.integers(0, 2**16),
-)
-def test_honest_sites_verify_the_sum_they_are_in_whatever_their_inputs(
-    weights: list[float], dimension: int, seed: int
-) -> None:
-    plan = dict(enumerate(weights))
-    inputs = {party: at_bound(party, weight, dimension, seed) for party, weight in plan.items()}
-    trace = simulate_bounded_round(
-        dimension=dimension,
-        fractional_bits=FRACTIONAL_BITS,
-        update_norm=UPDATE_NORM,
-        weights=plan,
-        encoded_input=inputs.__getitem__,
-    )
-    assert set(trace.totals) == set(plan) and not trace.refusals
-    for total in trace.totals.values():
-        np.testing.assert_array_equal(total, sum(inputs.values()))
 
 
 @settings(max_examples=10, deadline=None)
