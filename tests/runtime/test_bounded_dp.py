@@ -16,7 +16,6 @@ import pytest
 from fedfair.privacy import distributed
 from fedfair.privacy.distributed import TrainingNoise
 from fedfair.privacy.ledger import Ledger
-from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.charges import Charges, open_ledger
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.input_record import InputRecord
@@ -26,7 +25,7 @@ from fedfair.runtime.plan.aggregator_plan import shared_settings
 from fedfair.runtime.plan.bounded_noise import bounded_noise_mu
 from tests.runtime.harness import Processes
 from tests.runtime.test_bounded_plan import DP
-from tests.runtime.test_bounded_processes import NAMES, ROUNDS, bounded_workspace, start_auditor
+from tests.runtime.test_bounded_processes import NAMES, ROUNDS, bounded_workspace, every_round_applied
 from tests.runtime.test_input_bound import ON, federation  # noqa: F401 (the fixture)
 from tests.runtime.test_manifest import aggregator_plan_with
 from tests.runtime.test_plan import collaborator_config
@@ -89,15 +88,7 @@ def test_a_bounded_dp_federation_applies_its_rounds_and_each_site_charges_them(
     workspace.plan.write_text(toml_text(plan))
     (tmp_path / "manifest.toml").unlink()  # pinned the plan without DP
     write_pinned_manifest(tmp_path / "manifest.toml", workspace.plan, workspace.certs)
-    aggregator = processes.aggregator(workspace)
-    auditor = start_auditor(processes, workspace)
-    for name in NAMES:
-        processes.collaborator(workspace, name)
-    processes.finish(aggregator)
-    assert auditor.wait(60) == 0, processes.tail()
-    log = read_round_log(workspace.output)
-    assert [record["status"] for record in log] == ["applied"] * ROUNDS, processes.tail()
-    assert all(sorted(record["contributors"]) == list(NAMES) for record in log), log
+    log = every_round_applied(processes, workspace)
     loaded = load_aggregator_plan(workspace.plan)
     for name in NAMES:
         ledger = open_ledger(load_collaborator_config(workspace.configs[name]))

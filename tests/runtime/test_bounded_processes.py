@@ -17,6 +17,7 @@ import hashlib
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,9 +88,8 @@ def start_auditor(processes: Processes, workspace: Workspace) -> Child:
     return child
 
 
-@pytest.mark.slow
-def test_an_honest_bounded_federation_applies_every_round(tmp_path: Path, processes: Processes) -> None:
-    workspace = bounded_workspace(tmp_path)
+def every_round_applied(processes: Processes, workspace: Workspace) -> list[dict[str, Any]]:
+    """Run `workspace`'s aggregator, auditor and sites to the end; every round applied with every site: its log."""
     aggregator = processes.aggregator(workspace)
     auditor = start_auditor(processes, workspace)
     for name in NAMES:
@@ -99,6 +99,13 @@ def test_an_honest_bounded_federation_applies_every_round(tmp_path: Path, proces
     log = read_round_log(workspace.output)
     assert [record["status"] for record in log] == ["applied"] * ROUNDS, processes.tail()
     assert all(sorted(record["contributors"]) == list(NAMES) for record in log), log
+    return log
+
+
+@pytest.mark.slow
+def test_an_honest_bounded_federation_applies_every_round(tmp_path: Path, processes: Processes) -> None:
+    workspace = bounded_workspace(tmp_path)
+    log = every_round_applied(processes, workspace)
     assert not any(record.get("excluded") for record in log), log
     for name in NAMES:
         checked_every_round(workspace, name, log)
