@@ -41,6 +41,7 @@ class RoundTrace:
     client_seconds: per stage, the time each party spent in its step.
     server_seconds: per stage, the server's time (receiving plus closing).
     upload_bytes: per party, the bytes of every message it sent.
+    download_bytes: per party, the bytes of every message it was sent (a message sent to every party counts for each).
     verified: with ``verified``, each survivor that ran the VERIFY stage -> the aggregate it verified.
     """
 
@@ -48,6 +49,7 @@ class RoundTrace:
     client_seconds: dict[Stage, list[float]]
     server_seconds: dict[Stage, float]
     upload_bytes: dict[int, int]
+    download_bytes: dict[int, int]
     verified: dict[int, Decoded]
 
 
@@ -92,6 +94,7 @@ def simulate_round(
     party_seconds: dict[Stage, dict[int, float]] = {stage: {} for stage in Stage}
     server_seconds: dict[Stage, float] = dict.fromkeys(Stage, 0.0)
     upload_bytes = dict.fromkeys(clients, 0)
+    download_bytes = dict.fromkeys(clients, 0)
     active = set(clients)
     verified_sums: dict[int, np.ndarray] = {}
 
@@ -107,6 +110,8 @@ def simulate_round(
             inputs = _over_wire(inputs)
         for party in sorted(active.intersection(opening.among)):
             received = _over_wire(inputs[party]) if isinstance(inputs, Mapping) else inputs
+            if received is not None:
+                download_bytes[party] += len(received.to_bytes())
             encoding = _Encoding(partial(encoded_input, party), clock)
             seconds = party_seconds[stage]
             started = clock()
@@ -147,7 +152,7 @@ def simulate_round(
         party: config.encoder.decode(vector, len(result.contributors)) for party, vector in verified_sums.items()
     }
     client_seconds = {stage: list(seconds.values()) for stage, seconds in party_seconds.items()}
-    return RoundTrace(result, client_seconds, server_seconds, upload_bytes, accepted)
+    return RoundTrace(result, client_seconds, server_seconds, upload_bytes, download_bytes, accepted)
 
 
 def _header_stage(spec: StageSpec) -> Stage:

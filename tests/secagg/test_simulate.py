@@ -125,3 +125,17 @@ def test_each_call_draws_fresh_identity_keys_so_two_rounds_share_no_credential_o
     assert len(credentials[0]) == len(credentials[1]) == 3
     assert not credentials[0] & credentials[1]
     assert len(sessions[0]) == len(sessions[1]) == 1 and sessions[0] != sessions[1]
+
+
+def test_a_verified_round_that_re_sums_sends_each_survivor_every_survivors_masked_input() -> None:
+    # The download count is what makes the bounded round's bytes comparable with this one's
+    # (benchmarks/input_bound_cost.py): it must hold the re-sum material a survivor really receives.
+    config = make_config(4, dimension=300, modulus_bits=16)
+    assert config.resummed
+    encoded = encode_all(config, make_inputs(config))
+    material = config.size * (config.dimension + 1) * 16 // 8
+    plain = simulate_round(config, lambda party: encoded[party].copy())
+    verified = simulate_round(config, lambda party: encoded[party].copy(), verified=True)
+    assert set(verified.download_bytes) == set(range(1, 5))
+    for party, received in verified.download_bytes.items():
+        assert received >= plain.download_bytes[party] + material
