@@ -79,8 +79,9 @@ def input_limit(task: pb.Task, collaborators: int, parameters: int, evaluation_w
     of verified aggregation (a fixed part plus the model's size; an evaluation's, `evaluation_words`, the length
     its plan gives that round's evaluation or statistics sums), a bounded sum's verdict record (both verifiers'
     messages per site and the total, from the model's size) and its tag set (the auditor's entry beside the sites'),
-    or a secure-aggregation stage (a fixed part plus one per party of the plan's roster). The survivors' inputs that a sum is re-summed from are admitted with the
-    claim up to RESUMMED_WORDS, and above it with the tag set (a round with a missing tag), never with both.
+    or a secure-aggregation stage (a fixed part plus one per party of the plan's roster). The survivors' inputs
+    that a sum is re-summed from are admitted with the claim up to RESUMMED_WORDS, and above it with the tag set (a
+    round with a missing tag), never with both.
     """
     if task.action == pb.ACTION_FINISHED:
         return BUNDLE_BYTES + BUNDLE_BYTES_PER_PARAMETER * parameters

@@ -46,7 +46,7 @@ class BoundedTrace:
     record: the verdict record as the sites received it; findings: each site's check of it.
     context: the round's public parameters.
     site_seconds: per site, its time making its uploads; aggregator_seconds, auditor_seconds: each verifier's
-        time in its steps (its round key, receiving, the exchange, its total, the record).
+        time in its steps (its round key, receiving, the exchange, its total, the record, the auditor's tags).
     upload_bytes: per site, its SHARE upload's bytes (both parts); exchange_bytes: per verifier, what it sent the
         other (the auditor: every upload; the aggregator: what it relays to the auditor less the sites' sealed
         seeds, the verdict record included); record_bytes: the record each site downloads; tag_bytes_up: a site's
