@@ -1,8 +1,9 @@
 """benchmarks/input_bound_cost.py's round-level figures and their section on docs/benchmarks.md.
 
 The simulated round's bytes follow from one report's sizes (the record carries both verifiers' messages for
-every party, and the total: two vectors of d elements; the verifiers exchange them once each way and the auditor's total once), and the page marks the
-goals at d = 10^5 met or not from the figures alone.
+every party, and the total once: d elements; the verifiers exchange the messages once each way, the auditor sends its
+total and its tags once and is sent the record), and the page marks the goals at d = 10^5 met or not from the
+figures alone.
 """
 
 from __future__ import annotations
@@ -36,11 +37,13 @@ def test_the_round_bytes_are_the_reports_messages_for_every_party(benchmarks: tu
     message = report["verifier_message_bytes"]
     framing = 200  # per party: its id, length prefixes, two ECDSA signatures (at most 72 bytes each)
     evidence = 2 * parties * message
-    total = 2 * report["auditor_total_bytes"]  # the claimed share-sum and the auditor's total, d elements each
-    assert evidence + total < measured["site_record_bytes"] <= evidence + total + parties * framing + 300
+    total = report["auditor_total_bytes"]  # the total the aggregator applies, d elements, once
+    record = measured["site_record_bytes"]
+    assert evidence + total < record <= evidence + total + parties * framing + 300
     round_key = 32 + 72 + 8  # the auditor's signed X25519 round key (AUDITOR_KEY): key, signature, two prefixes
-    exchanged = evidence + report["auditor_total_bytes"] + round_key
-    assert exchanged < measured["verifier_exchange_bytes"] <= exchanged + parties * (framing + 2 * 40) + 400
+    tags = 8 + 4 + 16 + 8 + 72  # the auditor's tags of its total (DECIDE): its id, two elements, a signature
+    exchanged = evidence + total + round_key + record  # the auditor is sent the record to tag its total under
+    assert exchanged < measured["verifier_exchange_bytes"] <= exchanged + tags + parties * (framing + 2 * 40) + 400
     # Beside the shares: two signatures (at most 72 bytes each), two digests, the ephemeral key, the seal's
     # nonce and tag, the ids and length prefixes, the same at every d.
     upload = report["upload_to_aggregator_bytes"] + report["upload_to_auditor_bytes"]

@@ -148,6 +148,13 @@ class Opening:
         return self.inputs[party] if isinstance(self.inputs, Mapping) else self.inputs
 
 
+class Uploaders(enum.Flag):
+    """Who uploads in a stage: the round's parties, its second verifier (:attr:`SecureRound.auditor`), or both."""
+
+    PARTIES = enum.auto()
+    AUDITOR = enum.auto()
+
+
 ClientStep = Callable[[Any, Any, Callable[[], np.ndarray]], Any]
 """step(client, the stage's input message, the party's encoded input) -> the party's upload.
 
@@ -173,6 +180,7 @@ class StageSpec:
     ready: whether the server already has what the stage needs, so it may close before every party answered.
     withheld: why an aggregator must not close the stage and send its outcome on (None: it may), checked just
         before :attr:`close`; it aborts the round instead. An in-process round sends it on regardless.
+    uploaders: who uploads in the stage, so who a runtime admits there (:class:`Uploaders`).
     """
 
     stage: enum.IntEnum
@@ -188,6 +196,7 @@ class StageSpec:
     unready: str
     ready: Callable[[Any], bool] | None = None
     withheld: Callable[[Any], str | None] | None = None
+    uploaders: Uploaders = Uploaders.PARTIES
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,8 @@ def forge(round_number: int, stages: Stages = TRAINING) -> None:
 
 
 def forge_bounded(round_number: int) -> None:
-    """Rewrite the aggregator's verifier so round `round_number`'s bounded share-sum is moved, claimed and applied."""
+    """Rewrite the aggregator's verifier so its share-sum, and so round `round_number`'s bounded total, is moved in the
+    record and applied."""
     share_sum = RoundVerifier.share_sum
     session = session_round(round_number, BOUNDED_TRAINING)
 
@@ -67,7 +68,7 @@ def forge_bounded(round_number: int) -> None:
             total = field.add(total, moved)
         return total
 
-    def relayed_anyway(_digest: bytes, _claimed: np.ndarray, _tags: object) -> bool:
+    def relayed_anyway(_digest: bytes, _total: np.ndarray, _tags: object) -> bool:
         return True  # the server's own check of the tags (every round; the others are honest anyway)
 
     setattr(RoundVerifier, "share_sum", forged_share_sum)  # noqa: B010 -- the rewrite is the attack

@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from fedfair import pki
-from fedfair.runtime.aggregator.admission import AUDITOR_WIRE_STAGES
+from fedfair.runtime.aggregator.admission import AUDITOR_ONLY_WIRE_STAGES, AUDITOR_WIRE_STAGES
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.servicer import Servicer, federation_server
 from fedfair.runtime.transport import (
@@ -156,7 +156,14 @@ def test_the_auditor_is_refused_everywhere_else_naming_why(aggregator: Aggregato
 
 
 def test_a_collaborator_is_refused_at_the_auditors_stages(aggregator: Aggregator) -> None:
-    assert len(AUDITOR_WIRE_STAGES) == 4 and pb.STAGE_BOUNDED_SHARE not in AUDITOR_WIRE_STAGES
+    # As BOUNDED_ROUND declares who uploads in each stage: the auditor alone in four, both in DECIDE.
+    assert AUDITOR_ONLY_WIRE_STAGES == {
+        pb.STAGE_BOUNDED_AUDITOR_KEY,
+        pb.STAGE_BOUNDED_ROSTERS,
+        pb.STAGE_BOUNDED_MESSAGES,
+        pb.STAGE_BOUNDED_TOTAL,
+    }
+    assert AUDITOR_WIRE_STAGES == AUDITOR_ONLY_WIRE_STAGES | {pb.STAGE_BOUNDED_DECIDE}
     site = aggregator.stub("site-a")
     binding = open_stage(aggregator, pb.STAGE_BOUNDED_TOTAL, (AUDITOR, "site-a"), b"reveal")
     error = refused(lambda: site.Submit(payload_parts(binding, b"a total"), timeout=TIMEOUT), DENIED)
@@ -166,6 +173,16 @@ def test_a_collaborator_is_refused_at_the_auditors_stages(aggregator: Aggregator
     )
     refused(lambda: list(site.Fetch(pb.FetchRequest(binding=binding), timeout=TIMEOUT)), DENIED)
     assert aggregator.received == {}
+
+
+def test_at_decide_the_auditor_uploads_its_tags_beside_the_sites(aggregator: Aggregator) -> None:
+    binding = open_stage(aggregator, pb.STAGE_BOUNDED_DECIDE, (AUDITOR, "site-a"), b"the verdict record")
+    for peer in (AUDITOR, "site-a"):
+        stub = aggregator.stub(peer)
+        fetched = b"".join(part.chunk.data for part in stub.Fetch(pb.FetchRequest(binding=binding), timeout=TIMEOUT))
+        assert fetched == b"the verdict record"
+        stub.Submit(payload_parts(binding, f"{peer}'s tags".encode()), timeout=TIMEOUT)
+    assert aggregator.received == {AUDITOR: b"audit-co's tags", "site-a": b"site-a's tags"}
 
 
 def test_another_auditors_certificate_is_refused_naming_its_holder(aggregator: Aggregator, certs: Path) -> None:

@@ -54,7 +54,7 @@ def test_it_refuses_what_is_not_its_rounds_stage_or_parameters(bounded: Federati
     parameters = bounded.parameters()
     with pytest.raises(ProtocolError, match="STAGE_BOUNDED_SHARE is not a stage the auditor uploads in"):
         rounds.step(at(BoundedStage.SHARE), parameters.to_bytes())
-    with pytest.raises(ProtocolError, match="state round 1, 'train', 'bounded-v1'.* verifies round 2's"):
+    with pytest.raises(ProtocolError, match="state round 1, 'train', 'bounded-v2'.* verifies round 2's"):
         rounds.step(at(BoundedStage.AUDITOR_KEY, 2), parameters.to_bytes())
     with pytest.raises(ProtocolError, match="never made its round key"):
         rounds.step(at(BoundedStage.MESSAGES), b"")

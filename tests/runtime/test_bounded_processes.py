@@ -126,8 +126,8 @@ def checked_every_round(workspace: Workspace, name: str, log: list[dict[str, obj
 
 @pytest.mark.slow
 def test_a_forged_bounded_total_is_refused_by_every_site_naming_the_round(tmp_path: Path, processes: Processes) -> None:
-    """The aggregator moves round 2's claimed share-sum (tests/runtime/forging_aggregator.py, ``bounded``), applies it
-    and relays the sites' tags without its own check: every site refuses round 2's total (FORGED) and stops."""
+    """The aggregator moves its share-sum in round 2's total (tests/runtime/forging_aggregator.py, ``bounded``), applies
+    it and relays the tags without its own check: every site refuses round 2's total (FORGED) and stops."""
     workspace = bounded_workspace(tmp_path)
     aggregator = Child(
         "aggregator",
@@ -144,7 +144,7 @@ def test_a_forged_bounded_total_is_refused_by_every_site_naming_the_round(tmp_pa
         assert site.wait(240) == 2, (name, processes.tail())
         said = "\n".join(site.lines)
         assert f"aggregate-refused: round {ROUNDS}:" in said and "FORGED" in said, (name, said[-3000:])
-        assert "do not add up to the aggregator's claimed share-sum" in said, (name, said[-3000:])
+        assert "tags and the auditor's do not add up to the record's total" in said, (name, said[-3000:])
     first = read_round_log(workspace.output)[0]
     assert first["round"] == 1 and first["status"] == "applied", first
 

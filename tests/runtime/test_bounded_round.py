@@ -25,7 +25,15 @@ from hypothesis import strategies as st
 from cryptography.hazmat.primitives import serialization
 
 from fedfair.core import server as server_step
-from fedfair.core.errors import ConfigError, Refusal, RefusedError, VerificationError, VerifyReason
+from fedfair.core.errors import (
+    AuthenticationError,
+    ConfigError,
+    ProtocolError,
+    Refusal,
+    RefusedError,
+    VerificationError,
+    VerifyReason,
+)
 from fedfair.pki import load_certificate, load_private_key
 from fedfair.runtime import manifest as manifests
 from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
@@ -186,7 +194,7 @@ def run_round(
         inputs = parameters.to_bytes() if opening.inputs is None else opening.inputs.to_bytes()
         if spec.stage is BoundedStage.DECIDE and record is not None:
             inputs = record(inputs, server)
-        if AUDITOR_PARTY not in opening.among:  # what a site reads is within what it admits
+        if opening.among != (AUDITOR_PARTY,):  # what a site reads is within what it admits
             wire = BOUNDED_TRAINING.wire(spec)
             task = pb.Task(binding=pb.Binding(stage=wire))
             assert len(inputs) <= input_limit(task, len(COLLABORATORS), PARAMETERS, 0), pb.Stage.Name(wire)
@@ -198,7 +206,11 @@ def run_round(
                     continue
             elif party == AUDITOR_PARTY:
                 received = None if spec.received is None else spec.received(inputs)
-                upload = spec.step(state, received, lambda: None).to_bytes()
+                try:
+                    upload = spec.step(state, received, lambda: None).to_bytes()
+                except ProtocolError as error:  # its process withdraws: it withholds its upload
+                    verdicts[AUDITOR] = error
+                    continue
             else:
                 with monkeypatch.context() as lying:
                     if name == liar:
@@ -291,21 +303,23 @@ def test_a_record_that_does_not_hold_up_stops_every_site(bounded: Federation, mo
     for name in COLLABORATORS:
         refused = outcome.verdicts[name]
         assert isinstance(refused, VerificationError) and refused.reason is VerifyReason.FORGED, refused
+    withheld = outcome.verdicts[AUDITOR]  # nor does the auditor tag its total under it
+    assert isinstance(withheld, AuthenticationError) and "not signed by the aggregator" in str(withheld)
 
 
 def test_every_site_verifies_the_total_and_refuses_a_share_sum_the_aggregator_moved(
     bounded: Federation, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The aggregator signs a record whose claimed share-sum it moved by one unit: each site tags its own share under
-    the challenge drawn from that record, and the tags no longer add up (FORGED at VERIFY); the honest record's
-    total is verified, and the record is kept in each site's folder before its tags leave."""
+    """The aggregator signs a record whose total it moved by one unit: each site tags its own share, and the auditor its
+    total, under the challenge drawn from that record, and the tags no longer add up (FORGED at VERIFY); the honest
+    record's total is verified, and the record is kept in each site's folder before its tags leave."""
     aggregator_key = load_private_key(bounded.folder / "ca" / "aggregator.key")
 
     def moved(data: bytes, server: Any) -> bytes:
         record = VerdictRecord.from_bytes(data)
-        one = np.zeros(record.claimed.size, np.uint64)
+        one = np.zeros(record.total.size, np.uint64)
         one[0] = 1
-        forged = dataclasses.replace(record, claimed=field.add(record.claimed, one))
+        forged = dataclasses.replace(record, total=field.add(record.total, one))
         server._record = sign_record(server.context, aggregator_key, forged).to_bytes(server.context)
         return bytes(server._record)  # the hostile aggregator takes the tags of the record it sent
 
@@ -428,3 +442,29 @@ def test_a_sites_chain_steps_the_verified_total_as_the_aggregator_does_and_voids
             with pytest.raises(VerificationError) as refused:
                 chain.sent(2, model_download(moved.theta.numpy(), builtin=True), moved.c, None)
             assert refused.value.reason is VerifyReason.OUT_OF_BOUNDS
+
+
+def test_a_colluders_shift_of_the_total_moves_the_model_only_within_the_plans_sum_bound(
+    bounded: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A site colluding with the aggregator can make any shifted total T + E pass the tags
+    (tests/secagg/bounded/test_total.py, test_a_colluding_site_can_move_the_total_as_the_doc_states); each honest
+    site's chain still holds T + E to the plan's sum bound, as it holds a masked round's verified sum: a shift within
+    it steps, one past it makes no step (the round is void), so a colluder moves the model no further than it could in
+    the masked round."""
+    outcome = run_round(bounded, monkeypatch)
+    assert outcome.verdicts == dict.fromkeys(COLLABORATORS, ACCEPTED)
+    total, bits = outcome.server.outcome.total, outcome.server.parameters.fractional_bits
+    shared = bounded.sites["hospital-a"].shared
+    bound = shared.influence.update_norm * shared.influence.total_weight(COLLABORATORS, shared.batch_fraction)
+    initial = torch.zeros(PARAMETERS, dtype=torch.float64)
+    start = shared.algorithm().server_init(initial.clone())
+    within = -(total // 2)  # halves the sum: shorter than the honest total, so within the bound
+    beyond = np.zeros_like(total)
+    beyond[0] = int(3 * bound * 2**bits)  # the mean step 3 - 1 = 2 times update_norm long at least
+    for shift, takes in ((within, True), (beyond, False)):
+        chain = ModelChain("hospital-a", shared, initial=lambda: initial)
+        chain.sent(1, model_download(start.theta.numpy(), builtin=True), start.c, None)
+        chain.verified_bounded(1, total + shift, COLLABORATORS, bits)
+        assert chain.anchor is not None and chain.anchor.verified and (chain.anchor.next is not None) == takes
+        assert takes or "beyond the plan's [influence] update_norm" in chain.anchor.void

@@ -2,7 +2,8 @@
 
 Under ``[secure_aggregation] input_bound = "two_verifiers"`` the plan's auditor (a certificate for the role "auditor",
 the one the manifest pins for that name) follows the task stream like a site, but uploads only at the bounded sum's
-stages that are its own (:data:`~fedfair.secagg.bounded.stages.AUDITOR_STAGES`), and no site uploads there. It never
+stages that are its own (:data:`~fedfair.secagg.bounded.stages.AUDITOR_STAGES`, as the round's declaration says who
+uploads in each), and no site uploads at those that are its alone (DECIDE is both's). It never
 takes part as a collaborator: it downloads no model, reports no status, and counts toward no quorum (the board keeps
 it apart, :attr:`~fedfair.runtime.aggregator.board.Board.verifiers`). Each refusal here names the problem to the
 holder of the certificate (its own name only), not the generic NOT_PERMITTED of a stranger.
@@ -19,10 +20,13 @@ from fedfair.core.errors import ConfigError, Refusal, RefusedError
 from fedfair.pki.verification import role_of_certificate
 from fedfair.runtime.contract import BOUNDED_TRAINING
 from fedfair.runtime.transport import NOT_PERMITTED, PeerAuthenticator, pb, peer_certificate
-from fedfair.secagg.bounded.stages import AUDITOR_STAGES, BOUNDED_ROUND
+from fedfair.secagg.bounded.stages import AUDITOR_ONLY_STAGES, AUDITOR_STAGES, BOUNDED_ROUND
 
 AUDITOR_WIRE_STAGES = frozenset(BOUNDED_TRAINING.wire(BOUNDED_ROUND.spec(stage)) for stage in AUDITOR_STAGES)
 """The wire stages the auditor uploads to: a training round's bounded sum's (an evaluation keeps the masked round)."""
+
+AUDITOR_ONLY_WIRE_STAGES = frozenset(BOUNDED_TRAINING.wire(BOUNDED_ROUND.spec(stage)) for stage in AUDITOR_ONLY_STAGES)
+"""The wire stages only the auditor uploads to: no collaborator is admitted there."""
 
 NOT_THE_AUDITOR = (
     "not permitted: {name!r} holds an auditor's certificate, but this federation's plan does not name it as its "
@@ -96,6 +100,8 @@ class Admission:
     def check_stage(self, peer: str, stage: pb.Stage) -> None:
         """Keep `peer` to its own stages: the auditor to :data:`AUDITOR_WIRE_STAGES`, a collaborator to the others.
 
+        A collaborator is refused at :data:`AUDITOR_ONLY_WIRE_STAGES` alone (both upload at DECIDE).
+
         Raises:
             RefusedError: NOT_PERMITTED, naming the stage and whose it is.
         """
@@ -103,7 +109,7 @@ class Admission:
             stages = _stage_names(AUDITOR_WIRE_STAGES)
             message = AUDITOR_STAGES_ONLY.format(name=peer, stages=stages, stage=pb.Stage.Name(stage))
             raise RefusedError(Refusal.NOT_PERMITTED, message)
-        if not self.is_auditor(peer) and self.auditor is not None and stage in AUDITOR_WIRE_STAGES:
+        if not self.is_auditor(peer) and self.auditor is not None and stage in AUDITOR_ONLY_WIRE_STAGES:
             raise RefusedError(Refusal.NOT_PERMITTED, THE_AUDITORS_STAGE.format(stage=pb.Stage.Name(stage), name=peer))
 
     def check_collaborator(self, peer: str, what: str) -> None:

@@ -6,7 +6,8 @@ back-off, idle watchdog, the task loop) and uploads through the collaborator's
 :class:`~fedfair.runtime.collaborator.uplink.Uplink`: it only supplies what a task computes. Before it dials it
 checks what is local (:func:`~fedfair.runtime.auditor.config.check_auditor_identity`); on the plan it fetches, that
 the plan is its manifest's and declares the two-verifier input bound naming it; then, round after round, it takes
-the bounded sum's auditor stages (:mod:`fedfair.runtime.auditor.rounds`) until the federation finishes.
+the bounded sum's auditor stages (:mod:`fedfair.runtime.auditor.rounds`), its tags of its total under the verdict
+record last, until the federation finishes.
 
 Why: docs/security.md, "Bounded inputs (two verifiers)".
 """
@@ -153,8 +154,10 @@ class AuditorProcess:
             return False
         except grpc.RpcError as error:
             return self._failed(binding, error)
-        if binding.round in self.rounds.verified[-1:]:
-            logger.info("%s: round %d: every site's proof decided; total sent", self.config.name, binding.round)
+        if binding.round in self.rounds.tagged[-1:]:
+            logger.info(
+                "%s: round %d: every site's proof decided; total sent and tagged", self.config.name, binding.round
+            )
         return True
 
     def _failed(self, binding: pb.Binding, error: grpc.RpcError) -> bool:

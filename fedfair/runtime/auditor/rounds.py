@@ -5,7 +5,7 @@ parameters as the aggregator states them (:class:`~fedfair.runtime.contract.Roun
 that they describe a bounded training round of its own plan over the manifest's collaborators, checks every relayed
 certificate against the CA and the manifest's pins (:func:`~fedfair.runtime.contract.relayed_keys`), and derives the
 round's :class:`~fedfair.secagg.bounded.parameters.BoundedParameters` as every party does (the plan's bound and
-weights); its own key there must be its own. Then each later stage of :data:`BOUNDED_ROUND` that is the auditor's
+weights); its own key there must be its own. Then each later stage the auditor uploads in (its tags at DECIDE last)
 parses its input with the stage's ``received`` and makes the upload with its ``step``
 (:class:`~fedfair.secagg.bounded.peers.Auditor`). A round whose parameters or inputs do not hold up is left.
 
@@ -29,8 +29,9 @@ from fedfair.runtime.transport import pb
 from fedfair.secagg.bounded.messages import PUBLIC_LIMIT
 from fedfair.secagg.bounded.parameters import round_parameters
 from fedfair.secagg.bounded.peers import Auditor
-from fedfair.secagg.bounded.stages import AUDITOR_STAGES, BOUNDED_ROUND, BoundedStage
+from fedfair.secagg.bounded.stages import AUDITOR_STAGES, BOUNDED_ROUND, BoundedStage, record_bytes
 from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.round import MESSAGE_OVERHEAD_BYTES
 
 
 @dataclass
@@ -56,6 +57,8 @@ class AuditorRounds:
         """The round in progress (None before its AUDITOR_KEY, and once it was left)."""
         self.verified: list[int] = []
         """The rounds whose TOTAL the auditor uploaded: it decided every site of them."""
+        self.tagged: list[int] = []
+        """The rounds whose total the auditor tagged under their verdict record (DECIDE): its last upload of each."""
         self.totals = FirstTotals(config.folder)
         """The sites each round's first total covered, across restarts: a round run again is totalled over the same
         sites or not at all."""
@@ -63,11 +66,16 @@ class AuditorRounds:
         """What each round's noise is drawn from: a round run again carries the same noise."""
 
     def input_limit(self, binding: pb.Binding) -> int:
-        """The most bytes the input of `binding`'s stage may hold: the parameters' limit, then the round's largest."""
+        """The most bytes the input of `binding`'s stage may hold: the parameters' limit, then the round's largest.
+
+        The round's largest input is the verdict record (DECIDE) or a relayed upload.
+        """
         current = self.current
         if binding.stage == BOUNDED_TRAINING.wire(BOUNDED_ROUND.spec(BoundedStage.AUDITOR_KEY)) or current is None:
             return PUBLIC_LIMIT
-        return max(spec.upload_bytes(current.config) for spec in BOUNDED_ROUND.sum_stages)
+        config = current.config
+        record = MESSAGE_OVERHEAD_BYTES + record_bytes(config.size, config.dimension)
+        return max(record, *(spec.upload_bytes(config) for spec in BOUNDED_ROUND.sum_stages))
 
     def step(self, binding: pb.Binding, inputs: bytes) -> bytes:
         """The auditor's upload for the stage `binding` names, from that stage's input.
@@ -92,6 +100,8 @@ class AuditorRounds:
         if spec.stage is BoundedStage.TOTAL:
             self._check_rerun(frozenset(map(self.current.config.name_of, message.accepted)))
             self.verified.append(binding.round)
+        if spec.stage is BoundedStage.DECIDE:
+            self.tagged.append(binding.round)
             self.current = None
         return bytes(message.to_bytes())
 

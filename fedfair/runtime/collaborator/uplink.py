@@ -23,8 +23,7 @@ import numpy as np
 
 from fedfair.core.errors import WireError
 from fedfair.runtime.contract import EVALUATION, TRAINING
-from fedfair.secagg.bounded import field
-from fedfair.secagg.bounded.stages import WITNESS_ROOM
+from fedfair.secagg.bounded.stages import record_bytes
 from fedfair.secagg.config import fallback_tag_set_bytes, resummed_claim_bytes
 from fedfair.runtime.transport import (
     Forwarder,
@@ -79,9 +78,10 @@ def input_limit(task: pb.Task, collaborators: int, parameters: int, evaluation_w
     The final bundle (a fixed cap plus the model's size), a start stage's encoder (a fixed cap), the claimed sum
     of verified aggregation (a fixed part plus the model's size; an evaluation's, `evaluation_words`, the length
     its plan gives that round's evaluation or statistics sums), a bounded sum's verdict record (both verifiers'
-    messages per site and the total, from the model's size), or a secure-aggregation stage (a fixed part plus one per party of
-    the plan's roster). The survivors' inputs that a sum is re-summed from are admitted with the
-    claim up to RESUMMED_WORDS, and above it with the tag set (a round with a missing tag), never with both.
+    messages per site and the total, from the model's size) and its tag set (the auditor's entry beside the sites'),
+    or a secure-aggregation stage (a fixed part plus one per party of the plan's roster). The survivors' inputs
+    that a sum is re-summed from are admitted with the claim up to RESUMMED_WORDS, and above it with the tag set (a
+    round with a missing tag), never with both.
     """
     if task.action == pb.ACTION_FINISHED:
         return BUNDLE_BYTES + BUNDLE_BYTES_PER_PARAMETER * parameters
@@ -98,11 +98,10 @@ def input_limit(task: pb.Task, collaborators: int, parameters: int, evaluation_w
         return BASE_STAGE_BYTES + 8 * words + resummed_claim_bytes(collaborators, words)
     tags = BASE_STAGE_BYTES + PER_PARTY_STAGE_BYTES * collaborators
     if task.binding.stage == pb.STAGE_BOUNDED_DECIDE:
-        # The verdict record: per site, both verifiers' signed messages, each of at most d / 8 field elements and
-        # the witness's room (as a verifier's upload is bounded), d at most 4 (parameters + 2) as for a claim; and
-        # the total, the claimed share-sum and the auditor's total, d elements each.
-        words = 4 * (parameters + 2)
-        return tags + field.ELEMENT_BYTES * (collaborators * 2 * (words // 8 + WITNESS_ROOM) + 2 * words)
+        # The verdict record (stages.record_bytes), d at most 4 (parameters + 2) as for a claim.
+        return tags + record_bytes(collaborators, 4 * (parameters + 2))
+    if task.binding.stage == pb.STAGE_BOUNDED_VERIFY:
+        return tags + PER_PARTY_STAGE_BYTES  # every accepted site's tags, and the auditor's
     if task.binding.stage == pb.STAGE_VERIFY_TAGS:
         # Above RESUMMED_WORDS a round with a missing tag sends the survivors' inputs with the tags, to re-sum.
         return tags + fallback_tag_set_bytes(collaborators, 4 * (parameters + 2))

@@ -2,9 +2,10 @@
 
 Each method is one stage's client step of :data:`~fedfair.secagg.bounded.stages.BOUNDED_ROUND`: it takes the
 stage's input and returns the upload; none does I/O. A site uploads in SHARE (its two parts, once the auditor's
-round key checks), DECIDE (once the verdict record holds up, its signed tags of the total) and VERIFY (its verdict
-on the total, once every accepted site's tags check it); the auditor, the second verifier, in every other stage,
-through the aggregator, which relays what the two verifiers say to each other.
+round key checks), DECIDE (once the verdict record holds up, its signed tags of its share) and VERIFY (its verdict
+on the total, once every accepted site's tags and the auditor's check it); the auditor, the second verifier, in every
+other stage and in DECIDE (its signed tags of its own total), through the aggregator, which relays what the two
+verifiers say to each other.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.parameters import BoundedParameters
 from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord, check_round_evidence
 from fedfair.secagg.bounded.shares import Witness, honest_witness
-from fedfair.secagg.bounded.total import SiteTags, TagSet, record_digest, sign_tags, verified_total
+from fedfair.secagg.bounded.total import SignedTags, TagSet, record_digest, sign_tags, verified_total
 from fedfair.secagg.bounded.upload import make_uploads
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import RoundVerifier
@@ -78,7 +79,7 @@ class BoundedSite:
         self._record = (record_digest(record.to_bytes(self._context)), record, findings)
         return findings
 
-    def decide(self, record: VerdictRecord) -> SiteTags:
+    def decide(self, record: VerdictRecord) -> SignedTags:
         """DECIDE: once the record holds up (:meth:`check`), this site's signed tags of its share under its challenge.
 
         Raises:
@@ -100,7 +101,7 @@ class BoundedSite:
         return () if self._record is None else self._record[2].accepted
 
     def verify(self, tag_set: TagSet) -> np.ndarray:
-        """VERIFY: the round's total (signed integers, encoded scale), once every accepted site's tags check it.
+        """VERIFY: the round's total (signed integers, encoded scale), once the sites' and the auditor's tags check it.
 
         Raises:
             VerificationError: the total cannot be checked or is not the accepted sites' sum (:func:`verified_total`).
@@ -113,8 +114,7 @@ class BoundedSite:
             self._context,
             digest,
             findings.accepted,
-            record.claimed,
-            record.auditor.total,
+            record.total,
             tag_set,
             self.parameters.site_keys,
         )
@@ -135,6 +135,8 @@ class Auditor:
         self._identity_key = identity_key
         self._noise_key = noise_key
         self._verifier: RoundVerifier | None = None
+        self.tagged = False
+        """Whether the auditor tagged its total under a verdict record this round (it tags one record only)."""
         self.unopened: dict[int, str] = {}
         """Site -> why its sealed seed was refused: it is absent (the auditor cannot tell its fault from a relay's)."""
 
@@ -182,6 +184,33 @@ class Auditor:
         """TOTAL: decide every present site from the aggregator's messages; the signed total of the accepted ones."""
         self._helper.receive_reveal(reveal)
         return self._helper.auditor_total()
+
+    def decide(self, record: VerdictRecord) -> SignedTags:
+        """DECIDE: the auditor's signed tags of its total under the challenge of the aggregator's verdict record.
+
+        The record fixes the total the aggregator applies before the challenge is drawn from it; tagged by the
+        auditor, that total can only pass the sites' check if it holds the auditor's total, noise included.
+
+        Raises:
+            AuthenticationError: the record is not signed by the aggregator for this round.
+            ProtocolError: the auditor sent no total this round, tagged a record already, or the record accepts other
+                sites than its total covers (its tags would let a total over other sites pass): it withholds them.
+        """
+        helper = self._helper
+        context = helper.context
+        if not record.is_signed(context):
+            raise AuthenticationError("the verdict record is not signed by the aggregator for this round")
+        if self.tagged:
+            raise ProtocolError("the auditor tags one verdict record per round, and it tagged one already")
+        if tuple(record.accepted) != helper.accepted:
+            raise ProtocolError(
+                f"the verdict record accepts parties {list(record.accepted)}, but the auditor's total covers "
+                f"{list(helper.accepted)}: it withholds its tags"
+            )
+        digest = record_digest(record.to_bytes(context))
+        tags = sign_tags(context, digest, AUDITOR, helper.noised_total(), self._identity_key)
+        self.tagged = True
+        return tags
 
 
 def bounded_peer(

@@ -2,7 +2,7 @@
 
 The aggregator signs a :class:`VerdictRecord`: who was accepted, who was excluded and why, for every
 decided party the :class:`~fedfair.secagg.bounded.verifier.Evidence` (both verifiers' signed messages), and the
-total it applies: its claimed share-sum and the auditor's signed total (checked in VERIFY, :mod:`.total`).
+total it applies, once (checked in VERIFY against the accepted sites' tags and the auditor's, :mod:`.total`).
 :func:`check_round_evidence` verifies every signature and re-runs the public ``decide`` per party, so a
 site refuses a record whose verdicts do not follow from its evidence (an honest party marked excluded,
 a liar marked accepted) and names who lied: an excluded party, or the verifier whose message fails.
@@ -21,7 +21,6 @@ from fedfair.core.errors import AuthenticationError, ProtocolError
 from fedfair.pki import identity
 from fedfair.secagg.bounded import field as prime_field
 from fedfair.secagg.bounded.context import BoundedContext
-from fedfair.secagg.bounded.exchange import AuditorTotal
 from fedfair.secagg.bounded.shares import SEED_BYTES, HelperShare
 from fedfair.secagg.bounded.upload import LeaderUpload, helper_digest, leader_digest, statement
 from fedfair.secagg.bounded.verifier import Evidence, Role, Verdict, Verifier, VerifierMessage, check_evidence, decide
@@ -37,8 +36,8 @@ class VerdictRecord:
     accepted: the parties in the sum, in increasing order.
     excluded: party -> the reasons its proof failed, for each party left out of the sum.
     evidence: party -> both verifiers' signed messages, for every accepted and excluded party.
-    claimed: the aggregator's claimed share-sum: the sum of the accepted parties' explicit shares (d elements).
-    auditor: the auditor's signed total over the accepted parties; the round's total is claimed + auditor.total.
+    total: the total the aggregator applies (d elements): T = S + A mod p, the sum of the accepted parties' explicit
+        shares it holds (S) and the auditor's total over them (A, its noise included).
     signature: the aggregator's identity signature over the rest, bound to the round's context.
     """
 
@@ -46,8 +45,7 @@ class VerdictRecord:
     accepted: tuple[int, ...]
     excluded: dict[int, tuple[str, ...]]
     evidence: dict[int, Evidence]
-    claimed: np.ndarray = field(compare=False)
-    auditor: AuditorTotal = field(compare=False)
+    total: np.ndarray = field(compare=False)
     signature: bytes = b""
 
     def body(self, context: BoundedContext) -> bytes:
@@ -62,8 +60,12 @@ class VerdictRecord:
             item = self.evidence[party]
             writer.u32(party).blob(item.leader_message).blob(item.leader_signature)
             writer.blob(item.helper_message).blob(item.helper_signature)
-        writer.blob(np.ascontiguousarray(self.claimed, dtype="<u8").tobytes()).blob(self.auditor.to_bytes())
+        writer.blob(np.ascontiguousarray(self.total, dtype="<u8").tobytes())
         return b"fedfair bounded v1 verdict record\x00" + writer.getvalue()
+
+    def is_signed(self, context: BoundedContext) -> bool:
+        """Whether the aggregator signed this record for this round."""
+        return identity.is_valid_signature(context.aggregator_key, self.signature, self.body(context))
 
     def to_bytes(self, context: BoundedContext) -> bytes:
         """Canonical bytes: the signed body, then the signature."""
@@ -95,9 +97,9 @@ class VerdictRecord:
             evidence[party] = Evidence(
                 reader.blob(), reader.blob(SIGNATURE_LIMIT), reader.blob(), reader.blob(SIGNATURE_LIMIT)
             )
-        claimed, auditor = _elements(reader.blob()), AuditorTotal.from_bytes(reader.blob())
+        total = _elements(reader.blob())
         reader.finish()
-        return cls(query_seed, accepted, excluded, evidence, claimed, auditor, signature)
+        return cls(query_seed, accepted, excluded, evidence, total, signature)
 
 
 def sign_record(context: BoundedContext, key: ec.EllipticCurvePrivateKey, record: VerdictRecord) -> VerdictRecord:
@@ -124,10 +126,9 @@ def check_round_evidence(context: BoundedContext, record: VerdictRecord) -> Roun
             is not signed by the verifier it is from (the error names it).
         ProtocolError: a verdict does not follow from its evidence, a party is both accepted and excluded, or
             a decided party has no evidence (the aggregator's record is false; the error names the party).
-        AuthenticationError, ProtocolError: the record's total is not the auditor's signed total over exactly the
-            parties it accepts, or not d elements (:func:`_check_total`).
+        ProtocolError: the record's total is not d elements.
     """
-    if not identity.is_valid_signature(context.aggregator_key, record.signature, record.body(context)):
+    if not record.is_signed(context):
         raise AuthenticationError("the verdict record is not signed by the aggregator for this round")
     decided = set(record.accepted) | set(record.excluded)
     if set(record.accepted) & set(record.excluded):
@@ -157,34 +158,17 @@ def check_round_evidence(context: BoundedContext, record: VerdictRecord) -> Roun
             )
         if not verdict.accepted:
             liars[party] = verdict.reasons
-    _check_total(context, record)
-    return RoundFindings(tuple(sorted(record.accepted)), liars)
-
-
-def _check_total(context: BoundedContext, record: VerdictRecord) -> None:
-    """Refuse a record whose total is not the auditor's signed one over its accepted parties, or not d elements.
-
-    Raises:
-        AuthenticationError: the auditor's total is not signed by the auditor for this round (swapped).
-        ProtocolError: it covers other parties than the record accepts, or a vector is not the round's dimension.
-    """
-    auditor = record.auditor
-    if not identity.is_valid_signature(context.auditor_key, auditor.signature, auditor.signed_bytes(context.digest)):
-        raise AuthenticationError(
-            "the auditor's total in the verdict record is not signed by the auditor for this round"
-        )
-    if auditor.accepted != tuple(record.accepted):
-        raise ProtocolError("the auditor's total in the verdict record covers other parties than the record accepts")
-    if record.claimed.shape != (context.dimension,) or auditor.total.shape != (context.dimension,):
+    if record.total.shape != (context.dimension,):
         raise ProtocolError(f"the verdict record's total is not {context.dimension} field elements")
+    return RoundFindings(tuple(sorted(record.accepted)), liars)
 
 
 def _elements(data: bytes) -> np.ndarray:
     if len(data) % prime_field.ELEMENT_BYTES:
-        raise ProtocolError("malformed verdict record: its claimed share-sum is not a whole number of field elements")
+        raise ProtocolError("malformed verdict record: its total is not a whole number of field elements")
     elements = np.frombuffer(data, dtype="<u8").astype(np.uint64)
     if np.any(elements >= np.uint64(prime_field.P)):
-        raise ProtocolError("the verdict record's claimed share-sum holds a value that is not a field element")
+        raise ProtocolError("the verdict record's total holds a value that is not a field element")
     return elements
 
 

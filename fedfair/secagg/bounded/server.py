@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import AuthenticationError, ConfigError, ProtocolError
@@ -17,7 +18,7 @@ from fedfair.secagg.bounded.exchange import AuditorTotal, Commitments, Reveal, R
 from fedfair.secagg.bounded.messages import Encoded, Exchange, SeedRelay, ShareOpening, SignedRoundKey, SiteShare
 from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.parameters import BoundedParameters, round_parameters
-from fedfair.secagg.bounded.total import SiteTags, TagSet, record_digest, tags_add_up
+from fedfair.secagg.bounded.total import SignedTags, TagSet, record_digest, tags_add_up
 from fedfair.secagg.bounded.upload import SealedSeed
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import BoundedSum, RoundVerifier
@@ -50,8 +51,9 @@ class BoundedServer:
         self._seeds: list[SealedSeed] = []
         self._reveal: Reveal | None = None
         self._record = b""
+        self._total = np.zeros(0, np.uint64)
         self._result: BoundedSum | None = None
-        self._tags: dict[int, SiteTags] = {}
+        self._tags: dict[int, SignedTags] = {}
 
     @classmethod
     def for_round(cls, config: SecAggConfig, setup: RoundSetup) -> BoundedServer:
@@ -132,44 +134,53 @@ class BoundedServer:
         self._result = self._leader.finish(total)
 
     def send_record(self) -> Opening:
-        """Close TOTAL: every present site is sent the signed verdict record, once the sum is made.
+        """Close TOTAL: every present site, and the auditor, is sent the signed verdict record, once the sum is made.
 
         Without the auditor's total there is no sum, so no site is asked to decide on one (ProtocolError).
         """
         if self._result is None:
             raise ProtocolError("the auditor's total has not arrived: no site decides on a round without its sum")
-        self._record = self._leader.record().to_bytes(self.context)
-        return Opening(self._leader.present, Encoded(self._record))
+        record = self._leader.record()
+        self._record, self._total = record.to_bytes(self.context), record.total
+        return Opening((*self._leader.present, AUDITOR), Encoded(self._record))
 
-    def receive_tags(self, tags: SiteTags) -> None:
-        """DECIDE: an accepted site's signed tags of the total (refused: ProtocolError or AuthenticationError)."""
-        if tags.party not in self.outcome.accepted or tags.party in self._tags:
+    def receive_tags(self, tags: SignedTags) -> None:
+        """DECIDE: an accepted site's signed tags of its share, or the auditor's of its total.
+
+        Raises:
+            ProtocolError: the tags are from a party outside the sum, or sent twice.
+            AuthenticationError: they are not signed by their maker over this round's record.
+        """
+        if tags.party not in (*self.outcome.accepted, AUDITOR) or tags.party in self._tags:
             raise ProtocolError(f"party {tags.party} is not in the bounded sum, or sent its tags twice")
-        if not tags.is_signed(self.context, record_digest(self._record), self.parameters.site_keys[tags.party]):
+        key = self.parameters.auditor_key if tags.party == AUDITOR else self.parameters.site_keys[tags.party]
+        if not tags.is_signed(self.context, record_digest(self._record), key):
             raise AuthenticationError(f"party {tags.party}'s tags are not signed by it over this round's record")
         self._tags[tags.party] = tags
 
     def tags_withheld(self) -> str | None:
-        """Why the sites' tags must not be relayed: one is missing, or they do not add up to the claimed share-sum.
+        """Why the tags must not be relayed: a site's or the auditor's is missing, or they do not add up to the total.
 
         Relayed, either would make every accepted site refuse the total; withheld, the round is void and the model
-        stays as it was, and a site that left at DECIDE is simply absent from the next round.
+        stays as it was, and a site that left at DECIDE is simply absent from the next round. The auditor withholds
+        its tags from a record that is not signed by this aggregator or accepts other sites than its total covers.
         """
-        accepted = self.outcome.accepted
-        untagged = [party for party in accepted if party not in self._tags]
+        untagged = [f"party {party}" for party in self.outcome.accepted if party not in self._tags]
+        if AUDITOR not in self._tags:
+            untagged.append("the auditor")
         if untagged:
+            return f"no tags of the bounded sum's total from {', '.join(untagged)}: nobody could check it"
+        if not tags_add_up(record_digest(self._record), self._total, self._tags):
             return (
-                f"no tags of the bounded sum's total from party {', '.join(map(str, untagged))}: nobody could check it"
+                "the tags do not add up to this aggregator's total: a site tagged another share, or the auditor "
+                "another total"
             )
-        claimed = self._leader.share_sum()
-        if not tags_add_up(record_digest(self._record), claimed, self._tags):
-            return "the accepted sites' tags do not add up to this aggregator's share-sum: a site tagged another share"
         return None
 
     def tag_set(self) -> Opening:
-        """Open VERIFY: every site that tagged is sent every accepted site's signed tags."""
+        """Open VERIFY: every site that tagged is sent every accepted site's signed tags and the auditor's."""
         tags = TagSet(tuple(self._tags[party] for party in sorted(self._tags)))
-        return Opening(tuple(sorted(self._tags)), tags)
+        return Opening(tuple(party for party in sorted(self._tags) if party != AUDITOR), tags)
 
     @property
     def outcome(self) -> BoundedSum:

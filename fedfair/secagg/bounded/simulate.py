@@ -5,7 +5,8 @@ carry it, looping over the stages of :data:`~fedfair.secagg.bounded.stages.BOUND
 each stage's addressed parties take its step, the aggregator receives each upload and closes the stage. Identity
 keys are generated per call and pinned. A site's part can be made to go missing (it is then absent), a site
 can lie (its encoded update over its bound, with a liar's witness), and the aggregator can lie about the total (its
-verdict record, re-signed, or the tags it relays), which every accepted site checks in VERIFY.
+verdict record, re-signed, or the tags it relays), which every accepted site checks in VERIFY; a site can collude with
+it (its tags of the record, made with its key once it saw the record).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord, sign_rec
 from fedfair.secagg.bounded.server import BoundedServer
 from fedfair.secagg.bounded.shares import Witness, honest_witness
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND, BoundedStage
-from fedfair.secagg.bounded.total import SiteTags, TagSet
+from fedfair.secagg.bounded.total import SignedTags, TagSet, record_digest
 from fedfair.secagg.bounded.upload import SealedSeed
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import BoundedSum
@@ -45,14 +46,16 @@ class BoundedTrace:
     record: the verdict record as the sites received it; findings: each site's check of it.
     context: the round's public parameters.
     site_seconds: per site, its time making its uploads; aggregator_seconds, auditor_seconds: each verifier's
-        time in its steps (its round key, receiving, the exchange, its total, the record).
+        time in its steps (its round key, receiving, the exchange, its total, the record, the auditor's tags).
     upload_bytes: per site, its SHARE upload's bytes (both parts); exchange_bytes: per verifier, what it sent the
         other (the auditor: every upload; the aggregator: what it relays to the auditor less the sites' sealed
-        seeds); record_bytes: the record each site downloads.
+        seeds, the verdict record included); record_bytes: the record each site downloads; tag_bytes_up: a site's
+        DECIDE upload (its signed tags); tag_bytes_down: the tag set each site downloads in VERIFY.
     culprits: the aggregator's server's culprits (:class:`~fedfair.secagg.round.SecureSum`): each excluded site
         with its reasons.
     totals: per accepted site, the total it verified in VERIFY (signed integers, encoded scale).
-    refusals: per site, why it refused the record (DECIDE) or the total (VERIFY); such a site applies nothing.
+    refusals: per site, why it refused the record (DECIDE) or the total (VERIFY); such a site applies nothing. Under
+        :data:`AUDITOR`, why the auditor withheld its tags of the record.
     withheld: why an aggregator runtime would have voided the round rather than relay the tags (None: it relays).
     """
 
@@ -66,6 +69,8 @@ class BoundedTrace:
     upload_bytes: dict[int, int] = field(default_factory=dict)
     exchange_bytes: dict[Role, int] = field(default_factory=dict)
     record_bytes: int = 0
+    tag_bytes_up: int = 0
+    tag_bytes_down: int = 0
     culprits: dict[int, str] = field(default_factory=dict)
     totals: dict[int, np.ndarray] = field(default_factory=dict)
     refusals: dict[int, ProtocolError] = field(default_factory=dict)
@@ -88,6 +93,7 @@ def simulate_bounded_round(
     forged_record: Callable[[VerdictRecord], VerdictRecord] | None = None,
     forged_tags: Callable[[TagSet], TagSet] | None = None,
     silent_at_decide: Collection[int] = (),
+    colluder_tags: Callable[[BoundedContext, bytes, SignedTags, Any], SignedTags] | None = None,
 ) -> BoundedTrace:
     """Run one bounded secure sum and return its trace.
 
@@ -101,6 +107,8 @@ def simulate_bounded_round(
     forged_tags: a hostile aggregator's change to the tag set it relays in VERIFY (relayed even where a runtime
         would withhold it).
     silent_at_decide: sites that check the record but whose tags never reach the aggregator (they left).
+    colluder_tags: a site colluding with the aggregator: colluder_tags(the context, the record's digest, its honest
+        tags, its identity key) -> the tags it sends instead (return the honest tags unchanged for any other site).
 
     A site that refuses the record or the total is kept in the trace's refusals; anything else the protocol raises
     is raised.
@@ -133,7 +141,8 @@ def simulate_bounded_round(
     findings: dict[int, RoundFindings] = {}
     totals: dict[int, np.ndarray] = {}
     refusals: dict[int, ProtocolError] = {}
-    tags: list[SiteTags] = []
+    tags: list[SignedTags] = []
+    tag_bytes = {"up": 0, "down": 0}
 
     def timed(role: Role, work: Callable[..., Any], *arguments: Any) -> Any:
         """``work(*arguments)``, its seconds counted to ``role``'s verifier."""
@@ -144,7 +153,7 @@ def simulate_bounded_round(
 
     def take(spec: StageSpec, party: int, received: Any) -> None:
         """``party`` takes the stage's step; the aggregator receives its upload (a site's verified total: kept)."""
-        if spec.stage is BoundedStage.DECIDE:
+        if spec.stage is BoundedStage.DECIDE and party != AUDITOR:
             try:
                 findings[party] = peers[party].check(received)
             except (AuthenticationError, ProtocolError) as error:
@@ -153,7 +162,13 @@ def simulate_bounded_round(
             if party not in findings[party].accepted:
                 return  # named a liar (or left out): it has nothing to tag
         if party == AUDITOR:
-            outcome = timed(Role.HELPER, spec.step, peers[party], received, lambda: None)
+            try:
+                outcome = timed(Role.HELPER, spec.step, peers[party], received, lambda: None)
+            except (AuthenticationError, ProtocolError) as error:
+                if spec.stage is not BoundedStage.DECIDE:
+                    raise
+                refusals[party] = error  # it withholds its tags of a record it cannot stand behind
+                return
         else:
             encoded = encoded_input(party)
             started = clock()
@@ -168,9 +183,11 @@ def simulate_bounded_round(
         if spec.upload is None:
             totals[party] = outcome
             return
-        if isinstance(outcome, SiteTags):
+        if isinstance(outcome, SignedTags):
             if party in silent_at_decide:
                 return
+            if colluder_tags is not None and party != AUDITOR:
+                outcome = colluder_tags(server.context, record_digest(record_data), outcome, site_keys[party])
             tags.append(outcome)
             if forged_record is not None:
                 return  # the hostile aggregator relays what it was sent, whatever it signed
@@ -179,6 +196,8 @@ def simulate_bounded_round(
             trace_bytes[Role.HELPER] += len(data)
         elif spec.stage is BoundedStage.SHARE:
             upload_bytes[party] = len(data)
+        elif spec.stage is BoundedStage.DECIDE:
+            tag_bytes["up"] = len(data)
         if party in missing_aggregator_part:
             return
         message = timed(Role.LEADER, spec.upload, data)
@@ -204,6 +223,8 @@ def simulate_bounded_round(
         data = None if opening.inputs is None else opening.inputs.to_bytes()
         if spec.stage is BoundedStage.DECIDE:
             record_data = data or b""
+        if spec.stage is BoundedStage.VERIFY:
+            tag_bytes["down"] = len(data or b"")
         if AUDITOR in opening.among and data is not None:
             relayed = opening.inputs.seeds if isinstance(opening.inputs, SeedRelay) else ()
             trace_bytes[Role.LEADER] += len(data) - sum(len(seed.to_bytes()) for seed in relayed)
@@ -226,6 +247,8 @@ def simulate_bounded_round(
         upload_bytes,
         trace_bytes,
         len(record_data),
+        tag_bytes["up"],
+        tag_bytes["down"],
         server.culprits,
         totals,
         refusals,
@@ -233,12 +256,12 @@ def simulate_bounded_round(
     )
 
 
-def _tag_opening(tags: list[SiteTags], forged: Callable[[TagSet], TagSet] | None) -> Opening:
-    """VERIFY's opening as a hostile aggregator makes it: the tags it was sent, changed by ``forged``."""
+def _tag_opening(tags: list[SignedTags], forged: Callable[[TagSet], TagSet] | None) -> Opening:
+    """VERIFY's opening as a hostile aggregator makes it: the tags it was sent, changed by ``forged``, to the taggers."""
     tag_set = TagSet(tuple(sorted(tags, key=lambda item: item.party)))
     if forged is not None:
         tag_set = forged(tag_set)
-    return Opening(tuple(sorted(item.party for item in tags)), tag_set)
+    return Opening(tuple(sorted(item.party for item in tags if item.party != AUDITOR)), tag_set)
 
 
 def _corrupted(share: SiteShare) -> SealedSeed:

@@ -27,10 +27,10 @@ from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.peers import bounded_peer
 from fedfair.secagg.bounded.record import VerdictRecord
 from fedfair.secagg.bounded.server import BoundedServer
-from fedfair.secagg.bounded.total import CHALLENGE_ROWS, SiteTags, TagSet
+from fedfair.secagg.bounded.total import CHALLENGE_ROWS, SignedTags, TagSet
 from fedfair.secagg.bounded.verifying import BoundedSum
 from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.round import MESSAGE_OVERHEAD_BYTES, Opening, SecureRound, StageSpec, small_upload
+from fedfair.secagg.round import MESSAGE_OVERHEAD_BYTES, Opening, SecureRound, StageSpec, Uploaders, small_upload
 
 
 class BoundedStage(enum.IntEnum):
@@ -53,15 +53,13 @@ class BoundedStage(enum.IntEnum):
     TOTAL = 5
     """The auditor, sent the aggregator's signed messages: every present site decided, its signed total."""
     DECIDE = 6
-    """Each present site checks the signed verdict record (refusing, it stops); each accepted one uploads its signed
-    tags of its share under the challenge drawn from the record, which commits the total."""
+    """Each present site and the auditor are sent the signed verdict record, which commits the total. Each present
+    site checks it (refusing, it stops); each accepted one uploads its signed tags of its share under the challenge
+    drawn from the record, and the auditor, once the record accepts the sites its total covers, its signed tags of
+    that total."""
     VERIFY = 7
-    """Each accepted site is sent every accepted site's tags: it accepts the total only if they check it."""
-
-
-AUDITOR_STAGES = frozenset({BoundedStage.AUDITOR_KEY, BoundedStage.ROSTERS, BoundedStage.MESSAGES, BoundedStage.TOTAL})
-"""The stages the auditor uploads in (the sites upload in the others): an aggregator admits it at these alone, and
-no site at these."""
+    """Each accepted site is sent every accepted site's tags and the auditor's: it accepts the total only if they
+    check it."""
 
 
 WITNESS_ROOM = 1 << 14
@@ -95,12 +93,21 @@ def _tag_set(server: BoundedServer, _result: BoundedSum) -> Opening:
 
 
 def tags_upload(config: SecAggConfig) -> int:
-    """The largest DECIDE upload: a site's id, its tags and its signature."""
+    """The largest DECIDE upload: a site's id or the auditor's, its tags and its signature."""
     return MESSAGE_OVERHEAD_BYTES + field.ELEMENT_BYTES * CHALLENGE_ROWS
 
 
+def record_bytes(sites: int, dimension: int) -> int:
+    """The most a verdict record holds beside its framing, for `sites` sites and d = `dimension`.
+
+    Per site, both verifiers' messages (each at most d / 8 elements and the witness's room, as a verifier's upload is
+    bounded), and the total (d elements).
+    """
+    return field.ELEMENT_BYTES * (sites * 2 * (dimension // 8 + WITNESS_ROOM) + dimension)
+
+
 BOUNDED_ROUND = SecureRound(
-    name="bounded-v1",
+    name="bounded-v2",
     sum_stages=(
         StageSpec(
             BoundedStage.AUDITOR_KEY,
@@ -114,6 +121,7 @@ BOUNDED_ROUND = SecureRound(
             close=BoundedServer.open_shares,
             upload_bytes=small_upload,
             unready="this round's auditor was never started",
+            uploaders=Uploaders.AUDITOR,
         ),
         StageSpec(
             BoundedStage.SHARE,
@@ -140,6 +148,7 @@ BOUNDED_ROUND = SecureRound(
             close=BoundedServer.send_seed,
             upload_bytes=small_upload,
             unready="no site shared its update this round",
+            uploaders=Uploaders.AUDITOR,
         ),
         StageSpec(
             BoundedStage.MESSAGES,
@@ -153,6 +162,7 @@ BOUNDED_ROUND = SecureRound(
             close=BoundedServer.send_reveal,
             upload_bytes=messages_upload,
             unready="the auditor sent no roster this round",
+            uploaders=Uploaders.AUDITOR,
         ),
         StageSpec(
             BoundedStage.TOTAL,
@@ -166,6 +176,7 @@ BOUNDED_ROUND = SecureRound(
             close=BoundedServer.send_record,
             upload_bytes=total_upload,
             unready="the auditor sent no verifier messages this round",
+            uploaders=Uploaders.AUDITOR,
         ),
         StageSpec(
             BoundedStage.DECIDE,
@@ -173,13 +184,14 @@ BOUNDED_ROUND = SecureRound(
             "verdicts on the verdict record",
             "verdicts on the evaluation verdict record",
             received=VerdictRecord.from_bytes,
-            step=lambda site, record, _own: site.decide(record),
-            upload=SiteTags.from_bytes,
+            step=lambda peer, record, _own: peer.decide(record),
+            upload=SignedTags.from_bytes,
             receive=BoundedServer.receive_tags,
             close=None,
             upload_bytes=tags_upload,
             unready="no bounded share was sent this round",
             withheld=BoundedServer.tags_withheld,
+            uploaders=Uploaders.PARTIES | Uploaders.AUDITOR,
         ),
     ),
     verify_stages=(
@@ -206,3 +218,12 @@ BOUNDED_ROUND = SecureRound(
     auditor=AUDITOR,
 )
 """The bounded secure sum: AUDITOR_KEY, SHARE, ROSTERS, MESSAGES, TOTAL, DECIDE; then VERIFY, which checks its total."""
+
+
+AUDITOR_STAGES = frozenset(spec.stage for spec in BOUNDED_ROUND.stages(True) if Uploaders.AUDITOR in spec.uploaders)
+"""The stages the auditor uploads in: an aggregator admits it at these alone."""
+
+AUDITOR_ONLY_STAGES = frozenset(
+    spec.stage for spec in BOUNDED_ROUND.stages(True) if Uploaders.PARTIES not in spec.uploaders
+)
+"""The stages only the auditor uploads in: an aggregator admits no site there."""

@@ -1,18 +1,18 @@
 """VERIFY: each accepted site checks the bounded sum's total before any model is made of it.
 
-The aggregator's signed verdict record carries its claimed share-sum S (the sum of the accepted sites' explicit
-shares it holds) and the auditor's signed total A over the same sites; the total is S + A mod p. Each accepted
-site tags its own explicit share a_i under two challenge rows r_1, r_2 drawn from the record's digest (so fixed
-only once the aggregator committed to S), t_ik = <r_k, a_i> mod p, and signs the tags with its identity key. The
-aggregator relays every accepted site's signed tags; a site accepts S only if each verifies and
-sum_i t_ik = <r_k, S> mod p for both rows. A false S passes with probability 1/p per row (p = 2^61 - 1), so
-p^-2 for both, and the aggregator cannot forge a site's tag. docs/security.md, "Bounded inputs (two verifiers)".
+The aggregator's signed verdict record carries the total T = S + A mod p it applies once: S, the sum of the accepted
+sites' explicit shares (which it holds), and A, the auditor's total over the same sites (its noise included). Each
+accepted site tags its own explicit share a_i, and the auditor its A, under two challenge rows r_1, r_2 drawn from the
+record's digest (so fixed only once the aggregator committed to T): t_ik = <r_k, a_i> mod p, t_Ak = <r_k, A> mod p,
+each signed with its maker's identity key. The aggregator relays every accepted site's signed tags and the auditor's;
+a site accepts T only if each verifies and sum_i t_ik + t_Ak = <r_k, T> mod p for both rows. A false T passes with
+probability 1/p per row (p = 2^61 - 1), so p^-2 for both, and the aggregator cannot forge a site's or the auditor's
+tag. docs/security.md, "Bounded inputs (two verifiers)".
 """
 
 from __future__ import annotations
 
 import hashlib
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -23,13 +23,12 @@ from fedfair.core.errors import ProtocolError, VerificationError, VerifyReason
 from fedfair.pki import identity
 from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded.context import BoundedContext
+from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.codec import Reader, Writer
 from fedfair.secagg.wire import SIGNATURE_LIMIT
 
 CHALLENGE_ROWS = 2
-"""Challenge rows per round: a false share-sum passes each with probability 1/p, both with p^-2."""
-
-_PARTY = struct.Struct(">I")
+"""Challenge rows per round: a false total passes each with probability 1/p, both with p^-2."""
 
 
 def record_digest(record_bytes: bytes) -> bytes:
@@ -48,8 +47,12 @@ def tags_of(rows: np.ndarray, vector: np.ndarray) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class SiteTags:
-    """A site's tags of its explicit share under the record's challenge, signed with its identity key."""
+class SignedTags:
+    """A party's signed tags of its part of the total under the record's challenge.
+
+    party: a site's id (its tags are of its explicit share) or :data:`AUDITOR` (of its total); the signature is its
+    identity key's.
+    """
 
     party: int
     tags: tuple[int, ...]
@@ -57,12 +60,12 @@ class SiteTags:
 
     @property
     def sender(self) -> int:
-        """The site the tags are from (its signature binds it)."""
+        """The party the tags are from (its signature binds it)."""
         return self.party
 
     def signed_bytes(self, context: BoundedContext, digest: bytes) -> bytes:
-        """What the site signs: the round's context, the record's digest, its id and its tags."""
-        writer = Writer().blob(context.digest).blob(digest).u32(self.party)
+        """What the maker signs: the round's context, the record's digest, its id and its tags."""
+        writer = Writer().blob(context.digest).blob(digest).u64(self.party)
         for tag in self.tags:
             writer.u64(tag)
         return b"fedfair bounded v1 total tags\x00" + writer.getvalue()
@@ -73,16 +76,18 @@ class SiteTags:
 
     def to_bytes(self) -> bytes:
         """Canonical bytes."""
-        writer = Writer().u32(self.party).u32(len(self.tags))
+        writer = Writer().u64(self.party).u32(len(self.tags))
         for tag in self.tags:
             writer.u64(tag)
         return writer.blob(self.signature).getvalue()
 
     @classmethod
-    def from_bytes(cls, data: bytes | memoryview) -> SiteTags:
-        """Parse :meth:`to_bytes`; ProtocolError if malformed or a tag is not a field element."""
+    def from_bytes(cls, data: bytes | memoryview) -> SignedTags:
+        """Parse :meth:`to_bytes`; ProtocolError if malformed, a tag is not a field element or the id is no party's."""
         reader = Reader(data)
-        party, count = reader.u32(), reader.u32()
+        party, count = reader.u64(), reader.u32()
+        if party >= 2**32 and party != AUDITOR:
+            raise ProtocolError(f"tags from {party}: neither a site's id (a u32) nor the auditor's")
         if count != CHALLENGE_ROWS:
             raise ProtocolError(f"party {party}'s tags are {count}, not one per challenge row ({CHALLENGE_ROWS})")
         tags = tuple(reader.u64() for _ in range(count))
@@ -94,18 +99,24 @@ class SiteTags:
 
 
 def sign_tags(
-    context: BoundedContext, digest: bytes, party: int, share: np.ndarray, key: ec.EllipticCurvePrivateKey
-) -> SiteTags:
-    """``party``'s signed tags of its explicit ``share`` (d elements) under the challenge of the record ``digest``."""
-    unsigned = SiteTags(party, tags_of(challenge(digest, context.dimension), share), b"")
-    return SiteTags(party, unsigned.tags, identity.sign(key, unsigned.signed_bytes(context, digest)))
+    context: BoundedContext, digest: bytes, party: int, part: np.ndarray, key: ec.EllipticCurvePrivateKey
+) -> SignedTags:
+    """``party``'s signed tags of its ``part`` of the total under the challenge of the record ``digest``.
+
+    ``part``: d elements, a site's explicit share or the auditor's total.
+    """
+    unsigned = SignedTags(party, tags_of(challenge(digest, context.dimension), part), b"")
+    return SignedTags(party, unsigned.tags, identity.sign(key, unsigned.signed_bytes(context, digest)))
 
 
 @dataclass(frozen=True)
 class TagSet:
-    """Every accepted site's signed tags, as the aggregator relays them in VERIFY (in increasing party order)."""
+    """Every accepted site's signed tags and the auditor's, as the aggregator relays them in VERIFY.
 
-    tags: tuple[SiteTags, ...]
+    In increasing party order, so the auditor's last.
+    """
+
+    tags: tuple[SignedTags, ...]
 
     def to_bytes(self) -> bytes:
         """Canonical bytes."""
@@ -118,14 +129,14 @@ class TagSet:
     def from_bytes(cls, data: bytes | memoryview) -> TagSet:
         """Parse :meth:`to_bytes`; ProtocolError if malformed."""
         reader = Reader(data)
-        tags = tuple(SiteTags.from_bytes(reader.blob()) for _ in range(reader.u32()))
+        tags = tuple(SignedTags.from_bytes(reader.blob()) for _ in range(reader.u32()))
         reader.finish()
         return cls(tags)
 
 
-def tags_add_up(digest: bytes, claimed: np.ndarray, tags: Mapping[int, SiteTags]) -> bool:
-    """Whether the tags sum, row by row, to the claimed share-sum's tags under the record's challenge."""
-    expected = tags_of(challenge(digest, claimed.size), claimed)
+def tags_add_up(digest: bytes, total: np.ndarray, tags: Mapping[int, SignedTags]) -> bool:
+    """Whether the tags sum, row by row, to the total's tags under the record's challenge."""
+    expected = tags_of(challenge(digest, total.size), total)
     return all(sum(item.tags[row] for item in tags.values()) % field.P == expected[row] for row in range(len(expected)))
 
 
@@ -133,51 +144,57 @@ def verified_total(
     context: BoundedContext,
     digest: bytes,
     accepted: tuple[int, ...],
-    claimed: np.ndarray,
-    auditor_total: np.ndarray,
+    total: np.ndarray,
     tag_set: TagSet,
     site_keys: Mapping[int, ec.EllipticCurvePublicKey],
 ) -> np.ndarray:
-    """The total S + A (signed integers in the encoded scale), once every accepted site's tags check S.
+    """The total T (signed integers in the encoded scale), once every accepted site's tags and the auditor's check it.
 
-    ``claimed`` (S) and ``auditor_total`` (A, whose signature the site checked with the record) come from the
-    record of ``digest``; ``accepted`` are the sites in the sum; ``site_keys`` their identity keys.
+    ``total`` (T) comes from the record of ``digest``; ``accepted`` are the sites in the sum; ``site_keys`` their
+    identity keys (the auditor's is the context's).
 
     Raises:
-        VerificationError: MALFORMED, the tag set names a site twice or one outside the sum; MISSING_TAG, an
-            accepted site's tags are not in it (nobody can check the total; the round is not applied); BAD_TAG,
-            tags not signed by their site for this record; FORGED, the tags do not add up to the claimed
-            share-sum (it is not the sum of the accepted sites' shares).
+        VerificationError: MALFORMED, the tag set names a party twice or one outside the sum; MISSING_TAG, an
+            accepted site's tags or the auditor's are not in it (nobody can check the total; the round is not
+            applied); BAD_TAG, tags not signed by their maker for this record; FORGED, the tags do not add up to the
+            total (it is not the sum of the accepted sites' inputs and the auditor's noise).
     """
-    given: dict[int, SiteTags] = {}
+    makers = (*accepted, AUDITOR)
+    given: dict[int, SignedTags] = {}
     for item in tag_set.tags:
-        if item.party in given or item.party not in accepted:
+        if item.party in given or item.party not in makers:
             raise VerificationError(
                 context.round,
                 VerifyReason.MALFORMED,
-                f"the tag set names party {item.party} twice, or a party outside the bounded sum",
+                f"the tag set names {_maker(item.party)} twice, or a party outside the bounded sum",
             )
         given[item.party] = item
-    missing = [party for party in accepted if party not in given]
+    missing = [_maker(party) for party in makers if party not in given]
     if missing:
         raise VerificationError(
             context.round,
             VerifyReason.MISSING_TAG,
-            f"no tags of the bounded sum's total from party {', '.join(map(str, missing))}: this site cannot check "
-            "it, so it applies nothing of this round",
+            f"no tags of the bounded sum's total from {', '.join(missing)}: this site cannot check it, so it applies "
+            "nothing of this round",
         )
     for party, item in sorted(given.items()):
-        if not item.is_signed(context, digest, site_keys[party]):
+        key = context.auditor_key if party == AUDITOR else site_keys[party]
+        if not item.is_signed(context, digest, key):
             raise VerificationError(
                 context.round,
                 VerifyReason.BAD_TAG,
-                f"party {party}'s tags are not signed by it over this round's verdict record",
+                f"{_maker(party)}'s tags are not signed by it over this round's verdict record",
             )
-    if not tags_add_up(digest, claimed, given):
+    if not tags_add_up(digest, total, given):
         raise VerificationError(
             context.round,
             VerifyReason.FORGED,
-            "the accepted sites' tags do not add up to the aggregator's claimed share-sum: the record's total is "
-            "not the sum of the accepted sites' inputs",
+            "the accepted sites' tags and the auditor's do not add up to the record's total: it is not the sum of the "
+            "accepted sites' inputs and the auditor's noise",
         )
-    return field.to_signed(field.add(claimed, auditor_total))
+    return field.to_signed(total)
+
+
+def _maker(party: int) -> str:
+    """Whom tags are from, as an error names it."""
+    return "the auditor" if party == AUDITOR else f"party {party}"

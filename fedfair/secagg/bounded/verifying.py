@@ -243,7 +243,8 @@ class RoundVerifier:
     def share_sum(self) -> np.ndarray:
         """The sum of this verifier's shares of the accepted parties' inputs (field elements), without noise.
 
-        The aggregator's is the share-sum its verdict record claims, which each accepted site checks (:mod:`.total`).
+        The aggregator's is its part of the total its verdict record carries, which each accepted site checks against
+        the tags (:mod:`.total`).
         """
         self._expect(Step.DECIDED)
         total = np.zeros(self.context.dimension, dtype=np.uint64)
@@ -262,8 +263,8 @@ class RoundVerifier:
     def record(self) -> VerdictRecord:
         """DECIDE: the aggregator's signed verdict record, with both verifiers' signed messages for every party.
 
-        It carries the total the aggregator applies: its claimed share-sum and the auditor's signed total (so it is
-        made once :meth:`finish` took the auditor's total).
+        It carries the total the aggregator applies once: its share-sum plus the auditor's total (so it is made once
+        :meth:`finish` took the auditor's total).
         """
         self._expect(Step.DECIDED)
         if self.role is not Role.LEADER:
@@ -271,9 +272,8 @@ class RoundVerifier:
         if self._auditor_total is None:
             raise ProtocolError("the auditor's total has not arrived: the verdict record carries it")
         excluded = {party: self.verdicts[party].reasons for party in self.present if party not in self.accepted}
-        unsigned = VerdictRecord(
-            self._query_seed, self.accepted, excluded, dict(self.evidence), self.share_sum(), self._auditor_total
-        )
+        total = field.add(self.share_sum(), self._auditor_total.total)
+        unsigned = VerdictRecord(self._query_seed, self.accepted, excluded, dict(self.evidence), total)
         return sign_record(self.context, self._identity_key, unsigned)
 
     def finish(self, auditor: AuditorTotal) -> BoundedSum:

@@ -7,10 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from fedfair.core.errors import ConfigError, ProtocolError
+from fedfair.core.errors import AuthenticationError, ConfigError, ProtocolError
 from fedfair.secagg.bounded.messages import SeedRelay, SiteShare
 from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.peers import Auditor, BoundedSite
+from fedfair.secagg.bounded.record import VerdictRecord
 from fedfair.secagg.bounded.server import BoundedServer
 from fedfair.secagg.bounded.shares import encode_within_bound
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND
@@ -87,3 +88,27 @@ def test_a_site_is_sent_a_record_only_after_it_shared_and_no_site_may_have_the_a
         BoundedSite(parameters, 1, private[1]).decide(None)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="auditor's id"):
         dataclasses.replace(parameters, weights={AUDITOR: 1.0}, site_keys={AUDITOR: parameters.auditor_key})
+
+
+def test_the_auditor_tags_one_record_the_aggregator_signed_and_no_other() -> None:
+    """At DECIDE the record goes to the auditor beside the sites; it tags its total under a record the aggregator
+    signed, once."""
+    parameters, private, aggregator = bounded_parameters(SITES, round_number=3)
+    server = BoundedServer(parameters, aggregator)
+    auditor = Auditor(parameters, private[AUDITOR])
+    peers = {**{party: BoundedSite(parameters, party, private[party]) for party in SITES}, AUDITOR: auditor}
+    opening = BOUNDED_ROUND.open_sum(server)
+    for spec in BOUNDED_ROUND.sum_stages[:-1]:  # every stage before DECIDE, as a runner loops over them
+        for party in opening.among:
+            received = None if spec.received is None else spec.received(opening.inputs.to_bytes())
+            upload = spec.step(peers[party], received, lambda party=party: honest(party))
+            assert spec.upload is not None and spec.receive is not None and spec.close is not None
+            spec.receive(server, spec.upload(upload.to_bytes()))
+        opening = spec.close(server)
+    assert opening.among == (*SITES, AUDITOR)
+    record = VerdictRecord.from_bytes(opening.inputs.to_bytes())
+    with pytest.raises(AuthenticationError, match="not signed by the aggregator"):
+        auditor.decide(dataclasses.replace(record, signature=b""))
+    server.receive_tags(auditor.decide(record))  # signed by the auditor over the record the sites are sent
+    with pytest.raises(ProtocolError, match="one verdict record per round"):
+        auditor.decide(record)

@@ -3,21 +3,35 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedfair.core.errors import AuthenticationError, VerificationError, VerifyReason
+from fedfair.core.errors import ProtocolError, VerificationError, VerifyReason
+from fedfair.pki import identity
 from fedfair.secagg.bounded import field
-from fedfair.secagg.bounded.exchange import AuditorTotal
+from fedfair.secagg.bounded.context import BoundedContext
+from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.record import VerdictRecord
 from fedfair.secagg.bounded.simulate import BoundedTrace
-from fedfair.secagg.bounded.total import SiteTags, TagSet
-from tests.secagg.bounded.roundkit import DIMENSION, liar_witness, simulated
+from fedfair.secagg.bounded.total import (
+    SignedTags,
+    TagSet,
+    challenge,
+    record_digest,
+    sign_tags,
+    tags_of,
+    verified_total,
+)
+from tests.secagg.bounded.roundkit import DIMENSION, liar_witness, new_round, simulated
 from tests.secagg.bounded.test_round import WEIGHTS, at_bound, liar_at
 
 LIAR = 2
+HONEST = (0, 1, 3)
 
 
 def bounded_round(**faults: object) -> tuple[BoundedTrace, dict[int, np.ndarray]]:
@@ -28,22 +42,29 @@ def bounded_round(**faults: object) -> tuple[BoundedTrace, dict[int, np.ndarray]
     return trace, inputs
 
 
-def refused_for(trace: BoundedTrace, reason: VerifyReason) -> None:
-    """Every accepted site refused the total for `reason`, and none verified one."""
-    assert not trace.totals and set(trace.refusals) == set(trace.result.accepted)
-    for error in trace.refusals.values():
+def refused_for(trace: BoundedTrace, reason: VerifyReason, said: str = "") -> None:
+    """Every accepted site refused the total for `reason` (its message holding `said`), and none verified one."""
+    assert not trace.totals and set(trace.refusals) - {AUDITOR} == set(trace.result.accepted)
+    for party in trace.result.accepted:
+        error = trace.refusals[party]
         assert isinstance(error, VerificationError) and error.reason is reason, error
+        assert said in str(error), error
 
 
 def test_every_honest_site_verifies_the_exact_sum_and_the_liar_tags_nothing() -> None:
     trace, inputs = bounded_round()
-    honest = (0, 1, 3)
-    assert trace.result.accepted == honest and not trace.refusals and trace.withheld is None
-    assert set(trace.totals) == set(honest)  # the liar is named at DECIDE and takes no part in VERIFY
-    exact = sum(inputs[party] for party in honest)
+    assert trace.result.accepted == HONEST and not trace.refusals and trace.withheld is None
+    assert set(trace.totals) == set(HONEST)  # the liar is named at DECIDE and takes no part in VERIFY
+    exact = sum(inputs[party] for party in HONEST)
     for total in trace.totals.values():
         np.testing.assert_array_equal(total, exact)
     np.testing.assert_array_equal(trace.result.total, exact)  # what the aggregator applies is what each verified
+    # A site's tags: its id (8 bytes), the row count (4), two elements (16), a signature (DER ECDSA P-256, at most
+    # 72 bytes) with its 8-byte length; the tag set it downloads: the count (4), then the three sites' tags and the
+    # auditor's, each with its 8-byte length.
+    tags = 8 + 4 + 16 + 8
+    assert tags + 8 < trace.tag_bytes_up <= tags + 72
+    assert 4 + 4 * (8 + tags + 8) < trace.tag_bytes_down <= 4 + 4 * (8 + tags + 72)
 
 
 @settings(max_examples=10, deadline=None)
@@ -52,48 +73,112 @@ def test_every_honest_site_verifies_the_exact_sum_and_the_liar_tags_nothing() ->
     shift=st.integers(1, field.P - 1),
     spread=st.booleans(),
 )
-def test_a_claimed_share_sum_moved_by_any_nonzero_vector_is_refused_by_every_site(
+def test_a_total_moved_by_any_nonzero_vector_is_refused_by_every_site(
     coordinate: int, shift: int, spread: bool
 ) -> None:
-    """Its tags would have to match under a challenge drawn after the claim: 1/p per row, so p^-2 to pass."""
+    """Its tags would have to match under a challenge drawn after the total: 1/p per row, so p^-2 to pass."""
     moved = np.zeros(DIMENSION, np.uint64)
     moved[coordinate] = shift
     if spread:  # a dense vector too, not only one coordinate
         moved = field.add(moved, field.random_elements(shift.to_bytes(8, "big"), b"test", DIMENSION))
 
     def forged(record: VerdictRecord) -> VerdictRecord:
-        return dataclasses.replace(record, claimed=field.add(record.claimed, moved))
+        return dataclasses.replace(record, total=field.add(record.total, moved))
 
     trace, _ = bounded_round(forged_record=forged)
-    refused_for(trace, VerifyReason.FORGED)
-    assert all("do not add up to the aggregator's claimed share-sum" in str(e) for e in trace.refusals.values())
+    assert AUDITOR not in trace.refusals  # the auditor tagged its own total under the forged record's challenge
+    refused_for(trace, VerifyReason.FORGED, "do not add up to the record's total")
 
 
-def test_an_auditor_total_swapped_or_moved_is_refused_by_every_site_at_the_record() -> None:
-    def moved(record: VerdictRecord) -> VerdictRecord:
-        shifted = field.add(record.auditor.total, np.ones(DIMENSION, np.uint64))
-        return dataclasses.replace(record, auditor=dataclasses.replace(record.auditor, total=shifted))
-
-    def other_sites(record: VerdictRecord) -> VerdictRecord:
-        auditor = record.auditor
-        return dataclasses.replace(record, auditor=AuditorTotal((0, 1), auditor.total, auditor.signature))
-
-    for forgery, said in ((moved, "not signed by the auditor"), (other_sites, "not signed by the auditor")):
-        trace, _ = bounded_round(forged_record=forgery)
-        assert set(trace.refusals) == set(WEIGHTS) and not trace.totals  # the liar too: the record is false
-        for error in trace.refusals.values():
-            assert isinstance(error, AuthenticationError) and said in str(error)
+def without_auditor(tags: TagSet) -> TagSet:
+    return TagSet(tuple(item for item in tags.tags if item.party != AUDITOR))
 
 
-def test_a_forged_tag_is_named_and_refused() -> None:
+def test_a_missing_forged_or_doubled_auditor_tag_is_refused_and_named() -> None:
     def forged(tags: TagSet) -> TagSet:
-        first = tags.tags[0]
-        changed = SiteTags(first.party, ((first.tags[0] + 1) % field.P, first.tags[1]), first.signature)
-        return TagSet((changed, *tags.tags[1:]))
+        auditor = tags.tags[-1]
+        changed = SignedTags(AUDITOR, ((auditor.tags[0] + 1) % field.P, auditor.tags[1]), auditor.signature)
+        return TagSet((*tags.tags[:-1], changed))
 
+    trace, _ = bounded_round(forged_tags=without_auditor)
+    refused_for(trace, VerifyReason.MISSING_TAG, "no tags of the bounded sum's total from the auditor")
     trace, _ = bounded_round(forged_tags=forged)
-    refused_for(trace, VerifyReason.BAD_TAG)
-    assert all("party 0's tags are not signed by it" in str(e) for e in trace.refusals.values())
+    refused_for(trace, VerifyReason.BAD_TAG, "the auditor's tags are not signed by it")
+    trace, _ = bounded_round(forged_tags=lambda tags: TagSet((*tags.tags, tags.tags[-1])))
+    refused_for(trace, VerifyReason.MALFORMED, "names the auditor twice")
+
+
+def test_the_auditor_withholds_its_tags_from_a_record_over_other_sites_so_no_site_applies_it() -> None:
+    """A record that leaves an accepted site out (absent, with its evidence) checks at every site, but the auditor's
+    total covers that site: a total without its share would pass with the auditor's tags, so it gives none."""
+
+    def dropped(record: VerdictRecord) -> VerdictRecord:
+        evidence = {party: item for party, item in record.evidence.items() if party != 3}
+        return dataclasses.replace(record, accepted=(0, 1), evidence=evidence)
+
+    trace, _ = bounded_round(forged_record=dropped)
+    withheld = trace.refusals[AUDITOR]
+    assert isinstance(withheld, ProtocolError) and "but the auditor's total covers [0, 1, 3]" in str(withheld)
+    assert all(findings.accepted == (0, 1) for findings in trace.findings.values())  # the record itself checks
+    assert not trace.totals and set(trace.refusals) == {0, 1, AUDITOR}
+    for party in (0, 1):
+        error = trace.refusals[party]
+        assert isinstance(error, VerificationError) and error.reason is VerifyReason.MISSING_TAG
+
+
+def test_an_auditor_tag_over_another_record_is_refused() -> None:
+    """Tags are bound to the record's digest, which fixes its accepted set: the auditor's tags over a record with
+    other sites do not check this one's (BAD_TAG), even where they are the auditor's and of the right total."""
+    game = new_round({0: 1.0, 1: 1.0})
+    shares = {party: field.random_elements(bytes([party]), b"share", DIMENSION) for party in (0, 1)}
+    auditor_total = field.random_elements(b"a", b"auditor", DIMENSION)
+    total = field.add(field.add(shares[0], shares[1]), auditor_total)
+    digest, other = record_digest(b"this record, accepting 0 and 1"), record_digest(b"a record accepting 0 alone")
+    site_tags = [sign_tags(game.context, digest, party, shares[party], game.site_keys[party]) for party in (0, 1)]
+    keys = {party: key.public_key() for party, key in game.site_keys.items()}
+
+    def check(auditor: SignedTags) -> np.ndarray:
+        return verified_total(game.context, digest, (0, 1), total, TagSet((*site_tags, auditor)), keys)
+
+    np.testing.assert_array_equal(
+        check(sign_tags(game.context, digest, AUDITOR, auditor_total, game.auditor_key)), field.to_signed(total)
+    )
+    try:
+        check(sign_tags(game.context, other, AUDITOR, auditor_total, game.auditor_key))
+    except VerificationError as error:
+        assert error.reason is VerifyReason.BAD_TAG and "the auditor's tags are not signed by it" in str(error)
+    else:
+        raise AssertionError("the auditor's tags over another record passed")
+
+
+def colluding(party: int, shift: np.ndarray) -> Callable[[BoundedContext, bytes, SignedTags, Any], SignedTags]:
+    """A site that, once it saw the record, signs tags of its share plus `shift` (field elements)."""
+
+    def tags(context: BoundedContext, digest: bytes, honest: SignedTags, key: ec.EllipticCurvePrivateKey) -> SignedTags:
+        if honest.party != party:
+            return honest
+        extra = tags_of(challenge(digest, shift.size), shift)
+        moved = SignedTags(party, tuple((t + e) % field.P for t, e in zip(honest.tags, extra, strict=True)), b"")
+        return SignedTags(party, moved.tags, identity.sign(key, moved.signed_bytes(context, digest)))
+
+    return tags
+
+
+def test_a_colluding_site_can_move_the_total_as_the_doc_states() -> None:
+    """The limit docs/security.md states ("Not against a colluding site"): a site that colludes with the aggregator
+    signs <r_k, a_c + E> after the record fixed r, and T + E then passes every honest site's tag check. What still
+    holds is the model chain's bound (tests/runtime/test_bounded_round.py)."""
+    shift = np.zeros(DIMENSION, np.int64)
+    shift[0] = 12345
+    moved = field.from_signed(shift)
+
+    def forged(record: VerdictRecord) -> VerdictRecord:
+        return dataclasses.replace(record, total=field.add(record.total, moved))
+
+    trace, inputs = bounded_round(forged_record=forged, colluder_tags=colluding(0, moved))
+    assert not trace.refusals and set(trace.totals) == set(HONEST)
+    for total in trace.totals.values():
+        np.testing.assert_array_equal(total, sum(inputs[party] for party in HONEST) + shift)
 
 
 def test_a_site_that_leaves_at_decide_voids_the_round_and_a_relayed_gap_is_named() -> None:
@@ -107,18 +192,19 @@ def test_a_site_that_leaves_at_decide_voids_the_round_and_a_relayed_gap_is_named
         assert "party 3" in str(error)
 
 
+def test_tags_that_do_not_add_up_are_withheld_by_an_honest_aggregator() -> None:
+    trace, _ = bounded_round(colluder_tags=colluding(0, np.ones(DIMENSION, np.uint64)))
+    assert trace.withheld is not None and "do not add up to this aggregator's total" in trace.withheld
+
+
 def test_a_tag_set_naming_a_site_twice_is_malformed() -> None:
     trace, _ = bounded_round(forged_tags=lambda tags: TagSet((tags.tags[0], *tags.tags)))
-    refused_for(trace, VerifyReason.MALFORMED)
+    refused_for(trace, VerifyReason.MALFORMED, "names party 0 twice")
 
 
-def test_the_record_carries_the_claim_and_the_auditors_total_for_eight_bytes_a_coordinate_each() -> None:
+def test_the_record_carries_the_total_once_for_eight_bytes_a_coordinate() -> None:
     trace, _ = bounded_round()
     record = trace.record
-    assert record.claimed.shape == (DIMENSION,) and record.auditor.accepted == record.accepted
-    without = dataclasses.replace(
-        record, claimed=np.zeros(0, np.uint64), auditor=AuditorTotal((), np.zeros(0, np.uint64), b"")
-    )
-    grown = len(record.to_bytes(trace.context)) - len(without.to_bytes(trace.context))
-    extra = len(record.auditor.signature) + 4 * len(record.accepted) + 4 * 6  # its signature, ids, length prefixes
-    assert 2 * 8 * DIMENSION <= grown <= 2 * 8 * DIMENSION + extra
+    assert record.total.shape == (DIMENSION,)
+    without = dataclasses.replace(record, total=np.zeros(0, np.uint64))
+    assert len(record.to_bytes(trace.context)) - len(without.to_bytes(trace.context)) == 8 * DIMENSION
