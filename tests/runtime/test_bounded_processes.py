@@ -24,6 +24,7 @@ import pytest
 from fedfair import pki
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.chain_record import CHAIN_SUFFIX, read_anchor
+from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
 from fedfair.runtime.faults import LIAR_VARIABLE
 from fedfair.runtime.local.processes import FEDFAIR_COMMAND, Child, child_environment, start_collaborator
 from fedfair.runtime.local.workspace import Workspace, toml_text, write_pinned_manifest
@@ -194,3 +195,8 @@ def test_a_liar_is_excluded_and_named_at_its_first_round_and_the_others_rounds_a
         said = [line for line in site.lines if f"the verdict record names {liar}" in line]
         assert said and "round 1" in said[0] and f"sha256 {digest}" in said[0], (name, processes.tail())
         checked_every_round(workspace, name, log)
+        # Named in the site's own outcome record too, with the digest of the record that proved it and the kept file.
+        folder = workspace.configs[name].parent
+        (liars,) = {OutcomeRecord(path, 0).liars for path in folder.glob(f"{name}.*.{OUTCOME_SUFFIX}")}
+        assert [(entry.round, entry.party, entry.record_sha256) for entry in liars] == [(1, liar, digest)], liars
+        assert "norm" in liars[0].reasons and (folder / liars[0].kept).exists(), liars

@@ -31,6 +31,7 @@ from fedfair.core.errors import (
     VerificationError,
     VerifyReason,
 )
+from fedfair.runtime.collaborator.outcome import Excluded
 from fedfair.runtime.collaborator.steps import Participant, StageInput, Work
 from fedfair.runtime import faults
 from fedfair.runtime.contract import ACCEPTED, RoundParameters, relayed_keys, round_setup
@@ -127,7 +128,7 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
 
     The record's bytes are kept in this site's folder before the tags leave (:func:`record_path`), so the liars it
     names, and the total it commits the aggregator to, can be shown later; the liars are logged by name, with the
-    reasons this site's own check gave.
+    reasons this site's own check gave, and kept in its outcome record with the record's digest.
 
     Raises:
         VerificationError: the record does not hold up against both verifiers' signed evidence and the auditor's
@@ -155,7 +156,13 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
             work.round, VerifyReason.FORGED, f"the verdict record does not hold up against its evidence: {error}"
         ) from None
     kept = keep_record(me, work.round, bytes(inputs))
+    digest = hashlib.sha256(inputs).hexdigest()
     for party, reasons in sorted(findings.liars.items()):
+        if me.outcome is not None:
+            named = Excluded(
+                work.round, work.roster[party - 1], "; ".join(reasons), digest, "" if kept is None else kept.name
+            )
+            me.outcome.excluded(named)
         logger.warning(
             "%s: round %d: the verdict record names %s: its proof failed (%s); it is not in the sum (the record's "
             "sha256 %s, as rounds.jsonl verdict_record_sha256 names it%s)",
@@ -163,7 +170,7 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
             work.round,
             work.roster[party - 1],
             "; ".join(reasons),
-            hashlib.sha256(inputs).hexdigest(),
+            digest,
             "" if kept is None else f"; kept as {kept}",
         )
     if site.party not in findings.accepted:

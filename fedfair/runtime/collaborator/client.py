@@ -251,7 +251,7 @@ class Collaborator(TaskStream):
             self.config,
             joined.shared,
             prepared,
-            as_participant(self.config, self.identity, joined.shared, prepared.parameters, self._model),
+            as_participant(self.config, self.identity, joined.shared, prepared.parameters, self._model, joined.outcome),
             joined.record,
             self._uplink,
             self._reports,

@@ -3,7 +3,7 @@
 The aggregator's bundle says which institution's update each round holds; a collaborator ends on its own
 record instead: the training rounds whose sum holds its update as far as it can tell (its closing count and exit
 status), the round whose sum it refused (verified aggregation) and why, the rounds it sat out unable to check their
-models, the output model (theta-bar, c-bar) it was sent to evaluate at the final round, and the output model as it
+models, the parties a bounded round's verdict record named liars (with the record's digest), the output model (theta-bar, c-bar) it was sent to evaluate at the final round, and the output model as it
 computes it from the training models it was sent (:class:`.trajectory.Trajectory`, the suffix average of
 `fedfair.core.server.apply`). Kept beside the config as ``NAME.FEDERATION.outcome.npz``, rewritten atomically at
 each change, so a restarted process keeps what the process before it saw. The models followed live in that file
@@ -40,6 +40,25 @@ class Refusal:
     detail: str
 
 
+@dataclass(frozen=True)
+class Excluded:
+    """A party a bounded round's verdict record excluded: its proof failed this site's own check of the record.
+
+    round: the training round; party: its name; reasons: the check's words; record_sha256: the SHA-256 of the
+    signed verdict record as this site received it (the aggregator's rounds.jsonl ``verdict_record_sha256``);
+    kept: the file this site kept the record's bytes in ("" if none).
+    """
+
+    round: int
+    party: str
+    reasons: str
+    record_sha256: str
+    kept: str
+
+
+_EXCLUDED_FIELDS = ("party", "reasons", "record_sha256", "kept")
+
+
 class OutcomeRecord:
     """The rounds this institution contributed to and the models it was sent, loaded from and kept in `path`."""
 
@@ -58,12 +77,13 @@ class OutcomeRecord:
         """The round whose sum this site refused (verified aggregation), and why; kept for good once set."""
         self._unchecked: dict[int, str] = {}
         """Each round this site sat out because it could not check the model it was sent, and why."""
+        self._excluded: list[Excluded] = []
         self._trajectory = Trajectory(average_from)
         if path.exists():
             try:
                 self._load()
             except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
-                self._rounds, self._output, self._unchecked = {}, None, {}
+                self._rounds, self._output, self._unchecked, self._excluded = {}, None, {}, []
                 self._trajectory = Trajectory(average_from, following=False)
                 logger.warning(
                     "%s is unreadable (%s); starting it again: the rounds contributed before are not counted, and "
@@ -81,6 +101,10 @@ class OutcomeRecord:
                 why = [str(reason) for reason in arrays["unchecked_why"].tolist()]
                 rounds = [_round(value) for value in arrays["unchecked_rounds"].tolist()]
                 self._unchecked = dict(zip(rounds, why, strict=True))
+            if "excluded_rounds" in arrays:
+                columns = [[str(value) for value in arrays[f"excluded_{name}"].tolist()] for name in _EXCLUDED_FIELDS]
+                rounds = [_round(value) for value in arrays["excluded_rounds"].tolist()]
+                self._excluded = [Excluded(*row) for row in zip(rounds, *columns, strict=True)]
             if "refused_round" in arrays:
                 refused = (str(arrays["refused_reason"]), str(arrays["refused_detail"]))
                 self._refusal = Refusal(_round(int(arrays["refused_round"])), *refused)
@@ -122,6 +146,10 @@ class OutcomeRecord:
         if self._unchecked:
             arrays["unchecked_rounds"] = np.array(sorted(self._unchecked), dtype=np.int64)
             arrays["unchecked_why"] = np.array([self._unchecked[number] for number in sorted(self._unchecked)])
+        if self._excluded:
+            arrays["excluded_rounds"] = np.array([entry.round for entry in self._excluded], dtype=np.int64)
+            for name in _EXCLUDED_FIELDS:
+                arrays[f"excluded_{name}"] = np.array([getattr(entry, name) for entry in self._excluded])
         if self._refusal is not None:
             arrays["refused_round"] = np.array(self._refusal.round, dtype=np.int64)
             arrays["refused_reason"] = np.array(self._refusal.reason)
@@ -196,7 +224,18 @@ class OutcomeRecord:
             self._unchecked[round_number] = why
             self._save()
 
+    def excluded(self, entry: Excluded) -> None:
+        """Keep a party a verdict record named a liar (once per round and party), before this site's tags leave."""
+        if all((kept.round, kept.party) != (entry.round, entry.party) for kept in self._excluded):
+            self._excluded.append(entry)
+            self._save()
+
     # ------------------------------------------------------------ what it says
+
+    @property
+    def liars(self) -> tuple[Excluded, ...]:
+        """Every party a bounded round's verdict record excluded, in the order this site checked them."""
+        return tuple(self._excluded)
 
     @property
     def sat_out(self) -> dict[int, str]:

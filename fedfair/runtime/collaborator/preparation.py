@@ -68,12 +68,14 @@ def as_participant(
     shared: SharedSettings,
     parameters: int,
     model: ModelSettings | None = None,
+    outcome: OutcomeRecord | None = None,
 ) -> Participant:
     """This collaborator as the aggregations know it, for a model of `parameters` parameters.
 
     `model` is the plan's model as this site builds it (under a [schema], sized by the federation's encoder):
     its model chain takes round 1's model only if it is that model built from the plan's seed. None: no model
-    is built yet (the statistics aggregation), so no round 1 is checked.
+    is built yet (the statistics aggregation), so no round 1 is checked. `outcome` keeps the liars its bounded
+    rounds' verdict records name.
     """
     initial = None if model is None else functools.partial(initial_parameters, model, shared.training.seed, config)
     return Participant(
@@ -88,6 +90,7 @@ def as_participant(
         initial,
         None if model is None else model.classes,
         ca_certificate=pki.load_certificate(config.certificates.ca),
+        outcome=outcome,
     )
 
 

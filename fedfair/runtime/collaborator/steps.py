@@ -31,6 +31,7 @@ from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.collaborator.chain import InitialModel, ModelChain
 from fedfair.runtime.collaborator.figures import EvaluationFigures
 from fedfair.runtime.collaborator.input_record import SignedView
+from fedfair.runtime.collaborator.outcome import OutcomeRecord
 from fedfair.runtime.contract import (
     ACCEPTED,
     EVALUATION,
@@ -135,6 +136,8 @@ class Participant:
     """The model's K, for the figures of a noised evaluation (None: no model built yet)."""
     ca_certificate: x509.Certificate | None = field(default=None, repr=False, compare=False)
     """The federation's CA, which certificates relayed with a bounded round are checked against (with the manifest)."""
+    outcome: OutcomeRecord | None = field(default=None, repr=False, compare=False)
+    """This site's outcome record, where the liars a bounded round's verdict record names are kept (None: not kept)."""
     chain: ModelChain = field(init=False, repr=False, compare=False)
     """The models this site verified: every training model and output model it is sent is checked against it."""
     figures: EvaluationFigures = field(init=False, repr=False, compare=False)

@@ -22,7 +22,7 @@ from fedfair.runtime.aggregator.checkpoint import Checkpoint
 from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.core import server
 from fedfair.runtime.collaborator import trajectory
-from fedfair.runtime.collaborator.outcome import OutcomeRecord
+from fedfair.runtime.collaborator.outcome import Excluded, OutcomeRecord
 from fedfair.runtime.collaborator.trajectory import ServedModel, Trajectory
 from fedfair.runtime.collaborator.receipt import (
     Expectation,
@@ -204,6 +204,21 @@ def test_the_outcome_record_survives_a_restart(tmp_path: Path) -> None:
     assert np.array_equal(again.output.theta, theta)
     again.held(3)  # round 3 run again (the aggregator resumed) and sent: it counts again
     assert OutcomeRecord(path, 1).contributed == 3
+
+
+def test_the_outcome_record_keeps_each_liar_a_verdict_record_named_across_a_restart(tmp_path: Path) -> None:
+    path = tmp_path / "site-a.fed.outcome.npz"
+    record = OutcomeRecord(path, 1)
+    record.held(1)
+    assert OutcomeRecord(path, 1).liars == ()  # a record written before any liar (or by an older release) loads
+    first = Excluded(1, "site-b", "the norm equation fails", "ab" * 32, "site-a.fed.round-1.verdict_record")
+    record.excluded(first)
+    record.excluded(first)  # the same round's record checked again (a re-run round): named once
+    second = Excluded(2, "site-c", "a slack bit is not a bit; the norm equation fails", "cd" * 32, "")
+    record.excluded(second)
+    again = OutcomeRecord(path, 1)
+    assert again.liars == (first, second)
+    assert again.contributed == 1
 
 
 def test_an_unreadable_outcome_record_starts_again_with_a_warning(
