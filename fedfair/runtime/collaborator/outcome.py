@@ -84,6 +84,7 @@ class OutcomeRecord:
                 self._load()
             except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
                 self._rounds, self._output, self._unchecked, self._excluded = {}, None, {}, []
+                self._refusal = None
                 self._trajectory = Trajectory(average_from, following=False)
                 logger.warning(
                     "%s is unreadable (%s); starting it again: the rounds contributed before are not counted, and "

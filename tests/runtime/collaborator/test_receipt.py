@@ -221,6 +221,23 @@ def test_the_outcome_record_keeps_each_liar_a_verdict_record_named_across_a_rest
     assert again.contributed == 1
 
 
+def test_an_outcome_record_unreadable_past_its_refusal_keeps_no_part_of_it(tmp_path: Path) -> None:
+    # Read in order, a refusal can be loaded before a later field fails: starting again must drop it too.
+    path = tmp_path / "site-a.fed.outcome.npz"
+    empty = np.array([], dtype=np.int64)
+    with path.open("wb") as stream:
+        np.savez(
+            stream,
+            contributed=empty,
+            aborted=empty,
+            refused_round=np.array(2, dtype=np.int64),
+            refused_reason=np.array("FORGED"),
+            refused_detail=np.array("a moved sum"),
+        )
+    record = OutcomeRecord(path, 1)
+    assert record.refusal is None and record.output_mismatch() is None and record.contributed == 0
+
+
 def test_an_unreadable_outcome_record_starts_again_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
