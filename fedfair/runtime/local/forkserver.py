@@ -170,7 +170,10 @@ class ForkedProcess:
     def send_signal(self, signum: int) -> None:
         """Send `signum` unless it has exited (and its PID may be another process's)."""
         if self.returncode is None:
-            os.kill(self.pid, signum)
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass  # it exited and was reaped; the forkserver's report of its status has not arrived yet
 
     def terminate(self) -> None:
         """SIGTERM."""

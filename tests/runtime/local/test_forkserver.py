@@ -80,3 +80,14 @@ def test_a_forkserver_with_a_second_thread_declines_to_fork() -> None:
         assert not declined.ready
     finally:
         declined.stop()
+
+
+def test_signalling_a_party_reaped_before_its_status_arrives_is_no_error() -> None:
+    # The forkserver reaps a party and then reports its status; a kill in between finds no such process. A test's
+    # teardown killed one in that window (ProcessLookupError): the party is gone, which is what the kill wanted.
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    party = ForkedProcess(finished.pid, ["fedfair"])
+    party.terminate()
+    party.kill()
+    assert party.poll() is None  # its status is still the forkserver's to report
