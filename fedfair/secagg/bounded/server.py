@@ -51,9 +51,6 @@ class BoundedServer:
         self._seeds: list[SealedSeed] = []
         self._reveal: Reveal | None = None
         self._record = b""
-        self._digest = b""
-        """The record's digest, which every tag is checked under: hashed once, not per tag (the record is up to d
-        elements and both verifiers' messages per site)."""
         self._total = np.zeros(0, np.uint64)
         self._result: BoundedSum | None = None
         self._tags: dict[int, SignedTags] = {}
@@ -145,7 +142,6 @@ class BoundedServer:
             raise ProtocolError("the auditor's total has not arrived: no site decides on a round without its sum")
         record = self._leader.record()
         self._record, self._total = record.to_bytes(self.context), record.total
-        self._digest = record_digest(self._record)
         return Opening((*self._leader.present, AUDITOR), Encoded(self._record))
 
     def receive_tags(self, tags: SignedTags) -> None:
@@ -158,7 +154,7 @@ class BoundedServer:
         if tags.party not in (*self.outcome.accepted, AUDITOR) or tags.party in self._tags:
             raise ProtocolError(f"party {tags.party} is not in the bounded sum, or sent its tags twice")
         key = self.parameters.auditor_key if tags.party == AUDITOR else self.parameters.site_keys[tags.party]
-        if not tags.is_signed(self.context, self._digest, key):
+        if not tags.is_signed(self.context, record_digest(self._record), key):
             raise AuthenticationError(f"party {tags.party}'s tags are not signed by it over this round's record")
         self._tags[tags.party] = tags
 
@@ -174,7 +170,7 @@ class BoundedServer:
             untagged.append("the auditor")
         if untagged:
             return f"no tags of the bounded sum's total from {', '.join(untagged)}: nobody could check it"
-        if not tags_add_up(self._digest, self._total, self._tags):
+        if not tags_add_up(record_digest(self._record), self._total, self._tags):
             return (
                 "the tags do not add up to this aggregator's total: a site tagged another share, or the auditor "
                 "another total"
