@@ -1,15 +1,18 @@
-"""A bounded round run again is totalled over the same sites or not at all (issue 80).
+"""The same inputs are totalled over the same sites or not at all (issue 80).
 
-An aggregator that restarts runs its round again, and every site sends its kept input again. Two totals of those
-inputs over different sites (one site's part dropped in one run) would differ by that site's input, so the auditor
-withholds the second total (:meth:`AuditorRounds._check_rerun`); the aggregator then has no sum, and no site is
-asked to decide on one. A run again over the same sites is totalled again, with the same noise (its key derives
-from the round and the auditor's kept secret): its sum tells nothing new. The first total's sites are kept in the
-auditor's folder, so an auditor restarted between the two runs withholds it too.
+An aggregator that restarts runs its round again, and every site sends its kept input again; so does a later round
+on the model a void round left (a site lost before its tags at DECIDE). Two totals of those inputs over different
+sites (one site's part dropped in one of them) would differ by that site's input, so the auditor withholds the
+second total (:meth:`AuditorRounds._check_rerun`); the aggregator then has no sum, and no site is asked to decide on
+one. The same inputs over the same sites are totalled again, with the same noise (its key derives from the round and
+the auditor's kept secret): the sum tells nothing new. The first total's sites are kept in the auditor's folder, so
+an auditor restarted in between withholds it too. Under distributed DP each round's inputs are trained afresh and
+charged, so a later round is held to nobody's sites.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,7 @@ from typing import Any
 import pytest
 
 from fedfair.core.errors import ConfigError, ProtocolError
-from fedfair.runtime.auditor.totals import NOISE_SECRET_NAME, NoiseKeys
+from fedfair.runtime.auditor.totals import NOISE_SECRET_NAME, FirstTotals, NoiseKeys, TotalledRound
 from fedfair.runtime.contract import ACCEPTED
 from fedfair.secagg.round import StageSpec
 from tests.runtime.test_auditor_rounds import at, rounds_of
@@ -40,7 +43,9 @@ def test_a_round_run_again_over_other_sites_gets_no_total(
     in_sum(first, COLLABORATORS)
     again = run_round(bounded, monkeypatch, auditor=auditor)  # the same sites: the same sum, totalled again
     in_sum(again, COLLABORATORS)
-    with pytest.raises(ProtocolError, match="round 1 was totalled before over hospital-a, hospital-b, hospital-c"):
+    with pytest.raises(
+        ProtocolError, match="round 1's inputs were totalled in round 1 over hospital-a, hospital-b, hospital-c"
+    ):
         run_round(bounded, monkeypatch, auditor=auditor, lost="hospital-b")
     assert rounds.verified == [1, 1] and rounds.current is None
 
@@ -58,9 +63,37 @@ def test_a_restarted_auditor_still_withholds_a_total_over_other_sites(
     def auditor(spec: StageSpec, inputs: bytes) -> Any:
         return restarted.step(at(spec.stage), inputs)
 
-    with pytest.raises(ProtocolError, match="round 1 was totalled before over hospital-a, hospital-b, hospital-c"):
+    with pytest.raises(
+        ProtocolError, match="round 1's inputs were totalled in round 1 over hospital-a, hospital-b, hospital-c"
+    ):
         run_round(bounded, monkeypatch, auditor=auditor, lost="hospital-b")
     in_sum(run_round(bounded, monkeypatch, auditor=auditor), COLLABORATORS)  # the same sites: totalled again
+
+
+def test_a_later_round_on_a_void_rounds_model_is_held_to_its_sites_unless_inputs_are_noised(
+    bounded: Federation,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Round 1 is totalled over every site, then void (a site lost before its tags): the model stays, so round 2 sends
+    the same kept inputs, and a total over fewer sites would be round 1's less the lost one's input."""
+    rounds = rounds_of(bounded)
+
+    def auditor_at(round_number: int) -> Any:
+        return lambda spec, inputs: rounds.step(at(spec.stage, round_number), inputs)
+
+    in_sum(run_round(bounded, monkeypatch, auditor=auditor_at(1)), COLLABORATORS)
+    with pytest.raises(ProtocolError, match="round 2's inputs were totalled in round 1 over hospital-a, hospital-b, h"):
+        run_round(bounded, monkeypatch, auditor=auditor_at(2), lost="hospital-c", round_number=2)
+    in_sum(run_round(bounded, monkeypatch, auditor=auditor_at(3), round_number=3), COLLABORATORS)  # the same sites
+    assert rounds.verified == [1, 3]
+    # Under distributed DP each round's inputs are their own (trained afresh, charged): only the same round is held.
+    first = TotalledRound("fed", 1, "a" * 64, frozenset(COLLABORATORS))
+    later = TotalledRound("fed", 2, "a" * 64, frozenset(COLLABORATORS[:2]))
+    noised = FirstTotals(tmp_path, fresh_each_round=True)
+    assert noised.first(first) == first and noised.first(later) == later
+    assert noised.first(dataclasses.replace(later, sites=frozenset())) == later  # round 2 again: its own first
+    assert FirstTotals(tmp_path, fresh_each_round=False).first(later) == first  # read back: held to round 1's
 
 
 def test_the_kept_totals_name_the_federation_round_model_and_sites(

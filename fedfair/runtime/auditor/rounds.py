@@ -59,9 +59,9 @@ class AuditorRounds:
         """The rounds whose TOTAL the auditor uploaded: it decided every site of them."""
         self.tagged: list[int] = []
         """The rounds whose total the auditor tagged under their verdict record (DECIDE): its last upload of each."""
-        self.totals = FirstTotals(config.folder)
-        """The sites each round's first total covered, across restarts: a round run again is totalled over the same
-        sites or not at all."""
+        self.totals = FirstTotals(config.folder, fresh_each_round=shared.privacy.distributed)
+        """The sites each set of inputs was first totalled over, across restarts: the same inputs (a round run again,
+        a later round on a void round's model) are totalled over the same sites or not at all."""
         self.noise_keys = NoiseKeys(config.folder)
         """What each round's noise is drawn from: a round run again carries the same noise."""
 
@@ -106,23 +106,23 @@ class AuditorRounds:
         return bytes(message.to_bytes())
 
     def _check_rerun(self, accepted: frozenset[str]) -> None:
-        """Withhold a total of the current round run again over other sites than its first total (ProtocolError).
+        """Withhold a total of inputs totalled before over other sites than their first total (ProtocolError).
 
-        A round the aggregator runs again (it restarted) is sent each site's kept input again; two totals of the same
-        inputs over different sites would let it subtract one site's input, as two masked sums over different
-        survivors would. Withheld, the round aborts and nothing is learnt. The first total is kept in the auditor's
-        folder (:mod:`~fedfair.runtime.auditor.totals`) before it is uploaded, so a restart forgets none.
+        A round the aggregator runs again (it restarted), and a later round on the model a void round left (a site
+        lost before its tags), are sent each site's kept input again; two totals of the same inputs over different
+        sites would let one site's input be subtracted, as two masked sums over different survivors would. Withheld,
+        the round aborts and nothing is learnt. The first total is kept in the auditor's folder
+        (:mod:`~fedfair.runtime.auditor.totals`) before it is uploaded, so a restart forgets none.
         """
         assert self.current is not None  # TOTAL is a stage of the current round
         round_number = self.current.number
-        total = TotalledRound(self.shared.federation_id, round_number, self.current.model, accepted)
-        first = self.totals.first(total).sites
-        if first != accepted:
+        first = self.totals.first(TotalledRound(self.shared.federation_id, round_number, self.current.model, accepted))
+        if first.sites != accepted:
             self.current = None
             raise ProtocolError(
-                f"round {round_number} was totalled before over {', '.join(sorted(first))}; a total over "
-                f"{', '.join(sorted(accepted)) or 'no site'} of the same inputs would let the two be subtracted, so "
-                "this auditor withholds it"
+                f"round {round_number}'s inputs were totalled in round {first.round} over "
+                f"{', '.join(sorted(first.sites))}; a total over {', '.join(sorted(accepted)) or 'no site'} of the "
+                "same inputs would let the two be subtracted, so this auditor withholds it"
             )
 
     def leave(self, round_number: int) -> None:

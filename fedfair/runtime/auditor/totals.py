@@ -1,15 +1,14 @@
-"""The sites each round's first total covered, kept in the auditor's folder across its restarts.
+"""The sites each set of inputs was first totalled over, kept in the auditor's folder across its restarts.
 
-A round the aggregator runs again (it restarted) is sent each site's kept input again, so the auditor totals it
-over the same sites or not at all (:meth:`AuditorRounds.step <fedfair.runtime.auditor.rounds.AuditorRounds.step>`):
-two totals of the same inputs over different sites would let the two be subtracted. An auditor that restarted
-between the two runs must still know the first total's sites, so each first total's sites are written
-(atomically) before the total is uploaded, and read when the auditor starts. A round is named by its federation,
-its number and the digest of the model it trains (what makes two runs' inputs the same).
+A site sends one input per model: a round the aggregator runs again, and a later round on a model a void round
+left, carry each site's kept input again (under distributed DP only the same round does: each round's input is
+trained afresh). The auditor totals the same inputs over the same sites or not at all
+(:meth:`AuditorRounds.step <fedfair.runtime.auditor.rounds.AuditorRounds.step>`): two totals of them over
+different sites could be subtracted. So each first total's sites are written (atomically) before it is uploaded.
 
-Over the same sites a round run again is totalled again, so it must carry the same noise: two draws over the same
-inputs could be averaged, and the sites charged the round once. Each round's noise is drawn from a key derived from
-the round's name and a secret the auditor keeps in its folder (:class:`NoiseKeys`).
+The same inputs over the same sites carry the same noise, or two draws could be averaged: each round's noise is
+drawn from a key derived from the round's name and a secret kept in the auditor's folder (:class:`NoiseKeys`).
+Why: docs/security.md, "A round run again".
 """
 
 from __future__ import annotations
@@ -48,26 +47,36 @@ class TotalledRound:
     model: str
     sites: frozenset[str]
 
-    def same_round(self, other: TotalledRound) -> bool:
-        """Whether `other` totals the same round (federation, number and model), over whichever sites."""
-        return (self.federation_id, self.round, self.model) == (other.federation_id, other.round, other.model)
+    def same_inputs(self, other: TotalledRound, *, fresh_each_round: bool) -> bool:
+        """Whether `other` totals the same inputs, over whichever sites.
+
+        The same federation and model (a round run again, or a later round on the model a void round left), and with
+        `fresh_each_round` (distributed DP: each round's input is trained afresh and charged) the same round too.
+        """
+        same_model = (self.federation_id, self.model) == (other.federation_id, other.model)
+        return same_model and (self.round == other.round or not fresh_each_round)
 
 
 class FirstTotals:
-    """The first total of every round this auditor totalled, read from and written to `folder`."""
+    """The first total of every set of inputs this auditor totalled, read from and written to `folder`.
 
-    def __init__(self, folder: Path) -> None:
+    `fresh_each_round`: each round's inputs are its own (distributed DP), so a total is the first of its round;
+    otherwise a total is the first on its model (:meth:`TotalledRound.same_inputs`).
+    """
+
+    def __init__(self, folder: Path, *, fresh_each_round: bool) -> None:
         self.path = folder / TOTALS_NAME
+        self.fresh_each_round = fresh_each_round
         self._totals = _read(self.path) if self.path.exists() else []
 
     def first(self, total: TotalledRound) -> TotalledRound:
-        """The first total of `total`'s round; `total` itself when it is the first, then kept before it returns.
+        """The first total of `total`'s inputs; `total` itself when it is the first, then kept before it returns.
 
         Raises:
             OSError: the file could not be written (the total must then not be uploaded).
         """
         for kept in self._totals:
-            if kept.same_round(total):
+            if kept.same_inputs(total, fresh_each_round=self.fresh_each_round):
                 return kept
         self._totals.append(total)
         entries = [
