@@ -217,6 +217,8 @@ class SecureRound:
     committed: the stage after whose upload the sum names a party's contribution, so the party is bound to it
         (SECURE_ROUND: its signature of the survivor set; the bounded sum: its check of the verdict record).
     auditor: the party id of a second verifier that uploads beside the parties (the bounded sum's), or None.
+    binds_roster_at: the stage whose upload a party binds to the whole roster (the bounded sum's SHARE), so a round
+        void from there on leaves its model to that roster; None: it binds the survivors the sum names (SECURE_ROUND).
     """
 
     name: str
@@ -229,6 +231,7 @@ class SecureRound:
     contribution: enum.IntEnum
     committed: enum.IntEnum
     auditor: int | None = None
+    binds_roster_at: enum.IntEnum | None = None
 
     def stages(self, verified: bool) -> tuple[StageSpec, ...]:
         """The stages a round runs, in order: the sum's, and with `verified` the verifying ones."""

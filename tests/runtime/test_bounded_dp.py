@@ -8,7 +8,6 @@ charged exactly what a masked DP round of that plan charges. As processes: an ag
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,6 @@ from fedfair.privacy.ledger import Ledger
 from fedfair.runtime.collaborator.charges import Charges, open_ledger
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.input_record import InputRecord
-from fedfair.runtime.local.workspace import toml_text, write_pinned_manifest
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, load_aggregator_plan, load_shared_settings
 from fedfair.runtime.plan.aggregator_plan import shared_settings
 from fedfair.runtime.plan.bounded_noise import bounded_noise_mu
@@ -82,12 +80,7 @@ def test_each_bounded_round_is_charged_what_a_masked_round_of_the_plan_charges(
 def test_a_bounded_dp_federation_applies_its_rounds_and_each_site_charges_them(
     tmp_path: Path, processes: Processes
 ) -> None:
-    workspace = bounded_workspace(tmp_path)
-    plan = tomllib.loads(workspace.plan.read_text())
-    plan["privacy"] = DP["privacy"]
-    workspace.plan.write_text(toml_text(plan))
-    (tmp_path / "manifest.toml").unlink()  # pinned the plan without DP
-    write_pinned_manifest(tmp_path / "manifest.toml", workspace.plan, workspace.certs)
+    workspace = bounded_workspace(tmp_path, privacy=DP["privacy"])
     log = every_round_applied(processes, workspace)
     loaded = load_aggregator_plan(workspace.plan)
     for name in NAMES:

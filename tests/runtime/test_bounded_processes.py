@@ -17,6 +17,7 @@ import hashlib
 import sys
 import tomllib
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -37,18 +38,21 @@ AUDITOR = "audit-co"
 ROUNDS = 2
 
 
-def bounded_workspace(root: Path) -> Workspace:
+def bounded_workspace(root: Path, **sections: Mapping[str, Any]) -> Workspace:
     """The local workspace with an auditor institution, a manifest pinning it and the plan, and the mode declared.
 
     fractional_bits 12: the workspace's declared weights (each site's batch) times update_norm, at 2^12, keep each
-    bound within the proof's field.
+    bound within the proof's field. `sections` are more of the plan's (a quorum's timeout, privacy).
     """
     workspace = new_workspace(
         root,
         NAMES,
-        training={"rounds": ROUNDS, "local_steps": 1},
-        quorum={"min_collaborators": 2},
-        secure_aggregation={"fractional_bits": 12},
+        **{
+            "training": {"rounds": ROUNDS, "local_steps": 1},
+            "quorum": {"min_collaborators": 2},
+            "secure_aggregation": {"fractional_bits": 12},
+            **sections,
+        },
     )
     pki.issue(workspace.certs, "auditor", AUDITOR)
     manifest = root / "manifest.toml"

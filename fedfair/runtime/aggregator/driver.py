@@ -90,8 +90,11 @@ class SumDriver:
         """The last aggregation's wait for each peer past its stages' median answers (StageTiming.held_up), summed."""
         self.grace = RoundGrace(-1, settings.grace)
         """The grace of the round in progress, across its aggregations (training, then evaluation)."""
-        self.unmasked: frozenset[str] = frozenset()
-        """The survivors of the last aggregation's sum once it was unmasked (verified aggregation), else empty."""
+        self.bound_inputs: frozenset[str] = frozenset()
+        """Whom the last aggregation bound every site's input on its model to (empty: nobody yet): the survivors of a
+        masked sum once it was unmasked (verified aggregation), a bounded sum's roster once its shares were asked for
+        (:attr:`~fedfair.secagg.round.SecureRound.binds_roster_at`). A round void after that leaves the next round on
+        the same model to exactly them."""
 
     def run(
         self,
@@ -116,7 +119,7 @@ class SumDriver:
         """
         roster = tuple(sorted(participants))
         self.answers, self.held_up = {}, {}
-        self.unmasked = frozenset[str]()
+        self.bound_inputs = frozenset[str]()
         if self.grace.round != round_number:
             self.grace = RoundGrace(round_number, self.settings.grace)
         # The statistics aggregation (its own kind) answers no model; every other binds its session to one.
@@ -290,6 +293,10 @@ class SumDriver:
         def run(specs: tuple[StageSpec, ...], opening: Opening | None) -> None:
             for spec in specs:
                 assert opening is not None  # every stage of a round but the last of its sum and its own opens the next
+                if spec.stage is protocol.binds_roster_at:
+                    # A site binds its input to the roster before it shares: from here on a void round leaves the
+                    # next round on this model to exactly the roster, as the sites will only share it with that one.
+                    self.bound_inputs = frozenset(config.parties)
                 self._secure_stage(round_number, stages, spec, server, opening, parameters, outcome, config, names)
                 why = spec.withheld(server) if spec.withheld is not None else None
                 if why is not None:
@@ -300,7 +307,8 @@ class SumDriver:
             run(protocol.sum_stages, protocol.open_sum(server))
             result = server.finish()
             # From here on, a void round leaves every survivor bound to the sum's contributors.
-            self.unmasked = frozenset(map(config.name_of, result.contributors))
+            if protocol.binds_roster_at is None:
+                self.bound_inputs = frozenset(map(config.name_of, result.contributors))
             run(protocol.verify_stages, protocol.open_verification(server, result))
         except ProtocolError as error:
             # Whoever the protocol could prove misbehaved is named, even when the round is void.

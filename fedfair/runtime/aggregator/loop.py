@@ -331,7 +331,6 @@ class RoundLoop:
         connected = self.choose_participants(round_number, wait_for_everyone=wait_for_everyone)
         state = self.checkpoint.state
         started, started_cpu = time.perf_counter(), time.process_time()
-        self.network.board.new_round(round_number)
         record: dict[str, Any] = {
             "round": round_number,
             "participants": sorted(connected),
@@ -345,10 +344,14 @@ class RoundLoop:
         dimension, plan = update_dimension(size, corrects_drift), self.plan
         encoding = plan.training_encoding(plan.federation_id, len(plan.collaborators), round_number, dimension)
         try:
-            # After a round voided once its sum was unmasked, only its survivors can train on this model again.
-            participants = self.bound.participants(
-                self.network.board, round_number, connected, plan.quorum.round_timeout_seconds, self.events
-            )
+            try:
+                # After a round voided once its sum was unmasked, only its survivors can train on this model again.
+                participants = self.bound.participants(
+                    self.network.board, round_number, connected, plan.quorum.round_timeout_seconds, self.events
+                )
+            finally:
+                # Opened after that wait: a survivor whose stream opens during it is sent this round's tasks.
+                self.network.board.new_round(round_number)
             record["participants"] = sorted(participants)
             outcome = self.driver.run(
                 round_number,
@@ -375,9 +378,9 @@ class RoundLoop:
             if isinstance(error, RoundAbortedError):
                 self._exclude(round_number, error.culprits, record)
             # Noised inputs are each one round's (the sites train afresh on the same model): nothing to bind.
-            if self.driver.unmasked and not self.plan.privacy.distributed:
-                self.bound.note(round_number, self.driver.unmasked, str(error))
-                self.driver.unmasked = frozenset()
+            if self.driver.bound_inputs and not self.plan.privacy.distributed:
+                self.bound.note(round_number, self.driver.bound_inputs, str(error))
+                self.driver.bound_inputs = frozenset()
             return record
         self._exclude(round_number, outcome.culprits, record)
         self.bound.clear()

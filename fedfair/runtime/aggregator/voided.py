@@ -3,7 +3,8 @@
 Verified aggregation (docs/security.md) voids a round whose sum nobody could verify after it was unmasked: tags that
 do not add up, or, on a SecAgg+ graph (not :func:`~fedfair.secagg.resum.resum_decides`), a survivor silent after
 masking. On the complete graph a silent survivor voids nothing, below RESUMMED_WORDS or above it (there every other
-survivor re-sums that round from the tag set). The model stays; without noise in the sum every
+survivor re-sums that round from the tag set). A bounded sum's round void once its shares were asked for
+(a site lost before its tags) binds its whole roster the same way. The model stays; without noise in the sum every
 site of it re-sends its kept input on it, signed for the same survivors only (differencing). So the next round
 runs with exactly those survivors once all are connected (one wait: a round timeout, or a restarting survivor's
 start allowance, :mod:`.starts`), or is void at once naming who is missing, and the federation ends in bounded

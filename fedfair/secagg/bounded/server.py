@@ -162,8 +162,9 @@ class BoundedServer:
         """Why the tags must not be relayed: a site's or the auditor's is missing, or they do not add up to the total.
 
         Relayed, either would make every accepted site refuse the total; withheld, the round is void and the model
-        stays as it was, and a site that left at DECIDE is simply absent from the next round. The auditor withholds
-        its tags from a record that is not signed by this aggregator or accepts other sites than its total covers.
+        stays as it was. Without noise the next round on it is held to this round's roster (a site that left at
+        DECIDE is waited for once; docs/security.md, "A site that leaves at DECIDE"). The auditor withholds its tags
+        from a record that is not signed by this aggregator or accepts other sites than its total covers.
         """
         untagged = [f"party {party}" for party in self.outcome.accepted if party not in self._tags]
         if AUDITOR not in self._tags:

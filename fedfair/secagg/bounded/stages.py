@@ -216,6 +216,7 @@ BOUNDED_ROUND = SecureRound(
     contribution=BoundedStage.SHARE,
     committed=BoundedStage.DECIDE,
     auditor=AUDITOR,
+    binds_roster_at=BoundedStage.SHARE,
 )
 """The bounded secure sum: AUDITOR_KEY, SHARE, ROSTERS, MESSAGES, TOTAL, DECIDE; then VERIFY, which checks its total."""
 

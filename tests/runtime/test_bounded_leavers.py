@@ -1,0 +1,88 @@
+"""A site lost at DECIDE in a bounded federation gives nobody its update (issue 80): real processes over loopback mTLS.
+
+Site-c dies (kill -9) in round 1 right before it uploads its tags of the verdict record. Nobody can check the total
+without them, so round 1 is void and the model stays, though the aggregator and the auditor already formed the total
+with site-c's input in it. What round 2 may do depends on whether it sends new inputs:
+
+- Under distributed DP each round's input is trained afresh and charged: round 2 applies without site-c.
+- Without noise every site sends its kept input on the unchanged model again, bound to round 1's roster. A total
+  of those inputs over site-a and site-b would be round 1's total less site-c's exact update. So the aggregator
+  waits once for site-c and voids round 2 naming it (lost for good); and where site-c returns but sits round 2 out
+  (it verified no total, so it cannot check the model), the auditor withholds the total over the two others,
+  naming round 1's (:meth:`~fedfair.runtime.auditor.rounds.AuditorRounds._check_rerun`), and round 2 is void too.
+
+A site lost after its tags (before its own verdict at VERIFY) costs no round: its tags are in, so every other site
+verifies the total, and round 2 applies without it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fedfair.runtime.aggregator.checkpoint import read_round_log
+from tests.runtime.harness import Processes, eventually
+from tests.runtime.test_bounded_plan import DP
+from tests.runtime.test_bounded_processes import AUDITOR, NAMES, ROUNDS, bounded_workspace, start_auditor
+
+TIMEOUT = 10.0
+"""The round timeout: how long round 2 waits once for a lost site bound to round 1's total."""
+QUORUM = {"min_collaborators": 2, "round_timeout_seconds": TIMEOUT}
+BEFORE_TAGS = "before-upload:1:STAGE_BOUNDED_DECIDE"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("leaver", ["noised", "lost", "restarted"])
+def test_a_site_lost_before_its_tags_voids_that_round_and_no_later_total_subtracts_it(
+    tmp_path: Path, processes: Processes, leaver: str
+) -> None:
+    privacy = {"privacy": DP["privacy"]} if leaver == "noised" else {}
+    workspace = bounded_workspace(tmp_path, quorum=QUORUM, **privacy)
+    aggregator = processes.aggregator(workspace)
+    auditor = start_auditor(processes, workspace)
+    stayed = {name: processes.collaborator(workspace, name) for name in NAMES[:2]}
+    lost = processes.collaborator(workspace, "site-c", fault=BEFORE_TAGS)
+    assert lost.wait(180) == -9, processes.tail()
+    if leaver == "restarted":
+        returned = processes.collaborator(workspace, "site-c")
+    # Round 1 aborted, and the plan allows none ([quorum] aborted_rounds_allowed = 0): exit 3.
+    assert aggregator.wait(300) == 3, processes.tail()
+    log = read_round_log(workspace.output)
+    assert [record["round"] for record in log] == list(range(1, ROUNDS + 1)), log
+    first, second = log
+    # Site-c is party 3 of the roster (sorted names): the secure sum names parties by id.
+    assert first["status"] == "aborted" and "no tags of the bounded sum's total from party 3" in first["reason"], first
+    if leaver == "noised":  # round 2's inputs are new: it applies over the two that stayed
+        assert second["status"] == "applied" and sorted(second["contributors"]) == ["site-a", "site-b"], second
+        return
+    assert second["status"] == "aborted", second
+    assert second["model_sha256"] == first["model_sha256"], log  # the model round 1 left
+    if leaver == "lost":
+        assert "site-c is not connected" in second["reason"], second
+        assert any("waiting up to" in line and "for site-c" in line for line in aggregator.lines), processes.tail()
+        return
+    # Site-c returned and was sent round 2's tasks (it sits the round out: it verified no total of round 1).
+    assert returned.wait(120) == 2, processes.tail()
+    assert any("model-unchecked" in line for line in returned.lines), returned.lines[-20:]
+    withheld = f"round 2's inputs were totalled in round 1 over {', '.join(NAMES)}"
+    assert eventually(lambda: any(withheld in line for line in auditor.lines), 30), (AUDITOR, auditor.lines[-20:])
+    for name, site in stayed.items():  # neither site's input left in any total but round 1's
+        assert site.wait(120) == 3, (name, processes.tail())
+        assert any("round 2" in line and "re-sending the kept update" in line for line in site.lines), site.lines
+
+
+@pytest.mark.slow
+def test_a_site_lost_before_its_verdict_costs_no_round(tmp_path: Path, processes: Processes) -> None:
+    workspace = bounded_workspace(tmp_path, quorum=QUORUM)
+    aggregator = processes.aggregator(workspace)
+    start_auditor(processes, workspace)
+    for name in NAMES[:2]:
+        processes.collaborator(workspace, name)
+    lost = processes.collaborator(workspace, "site-c", fault="before-upload:1:STAGE_BOUNDED_VERIFY")
+    assert lost.wait(180) == -9, processes.tail()
+    assert aggregator.wait(300) == 0, processes.tail()
+    log = read_round_log(workspace.output)
+    assert [record["status"] for record in log] == ["applied"] * ROUNDS, log
+    assert sorted(log[0]["contributors"]) == list(NAMES), log[0]  # its tags were in: its input is in the sum
+    assert sorted(log[1]["contributors"]) == ["site-a", "site-b"], log[1]
