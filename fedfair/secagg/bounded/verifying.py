@@ -227,8 +227,8 @@ class RoundVerifier:
     def noised_total(self) -> np.ndarray:
         """This verifier's total over the accepted parties (field elements); the auditor's adds Skellam(noise_mu).
 
-        Only the auditor's total is signed, so only its noise is bound to what the sites are shown: noise that the
-        aggregator added to its own total could hide any shift. The noise is drawn once: asked again, the same total
+        Only the auditor's total is tagged by its maker under the verdict record, so only its noise is bound to what
+        the sites check: noise that the aggregator added to its own total could hide any shift. The noise is drawn once: asked again, the same total
         comes back (a fresh draw would let the two be averaged).
         """
         if self._noised_total is not None:
