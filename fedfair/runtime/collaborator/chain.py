@@ -86,7 +86,8 @@ class ModelChain:
 
         Round 1's must be the plan's initial model, built here. A later round's must be the state this site
         made of the last sum it verified, or (the rounds since void) the state before; a round run again (the
-        aggregator resumed) must be sent its model again.
+        aggregator resumed) must be sent its model again. A site that holds no anchor (restarted before it verified
+        any sum) takes a later round's model only if it is the plan's initial model (every round since void).
 
         Raises:
             VerificationError: INITIAL_MODEL, round 1's model is not the plan's initial model; NEXT_MODEL, this
@@ -98,19 +99,22 @@ class ModelChain:
         if not self.active:
             return
         anchor = self._held()
-        if round_number == 1 and (anchor is None or anchor.round == 1):
+        if anchor is None or (round_number == 1 and anchor.round == 1):
+            # Without an anchor (a restart before any verified sum) the plan's initial model is still checkable: every
+            # round since round 1 was void, so the model is the one round 1 was sent.
             start = anchor.state if anchor is not None else self._start(round_number)
-            if not self._matches(start, theta, c, control):
-                raise VerificationError(
-                    round_number,
-                    VerifyReason.INITIAL_MODEL,
-                    f"the model sent for round 1 is not the plan's initial model, which this site builds from the "
-                    f"plan's seed and architecture ({self._gap(start, theta, c, control)})",
-                )
-            self._take(Anchor(1, start))
-            return
-        if anchor is None:
-            self._unchecked(round_number, "it holds no model it checked before this one")
+            if self._matches(start, theta, c, control):
+                self._take(Anchor(round_number, start))
+                return
+            gap = self._gap(start, theta, c, control)
+            if round_number > 1:
+                self._unchecked(round_number, f"it holds no model it checked before this one, nor the initial ({gap})")
+            raise VerificationError(
+                round_number,
+                VerifyReason.INITIAL_MODEL,
+                "the model sent for round 1 is not the plan's initial model, which this site builds from the plan's "
+                f"seed and architecture ({gap})",
+            )
         if round_number < anchor.round:
             self._unchecked(round_number, f"it is at round {anchor.round}")
         # Run again: the model it ran on. Later: the step of its verified sum, or the rounds since void.
@@ -304,7 +308,7 @@ class ModelChain:
     def _start(self, round_number: int) -> HeldState:
         """Round 1's state: the server's initial one made of this site's own build of the plan's initial model."""
         if self._initial is None:
-            self._unchecked(round_number, "it has no initial model of its own to check round 1's against")
+            self._unchecked(round_number, "it has no initial model of its own to check the model against")
         theta = self._initial().detach().to("cpu", torch.float64).numpy()
         algorithm = self._shared.algorithm()
         in_file = held_in_file(theta.size, tensors_of(algorithm))

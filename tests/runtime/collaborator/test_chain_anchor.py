@@ -130,13 +130,21 @@ def test_the_anchor_outlives_a_restart_and_refuses_a_forged_model_after_it(
             assert restarted.unchecked_from is None
 
 
-def test_a_restart_without_an_anchor_sits_out_every_model_past_round_1(federation: Federation, tmp_path: Path) -> None:
+def test_a_restart_without_an_anchor_sits_out_every_model_but_the_initial_one(
+    federation: Federation, tmp_path: Path
+) -> None:
     state = two_rounds(federation, federation.chain())  # kept nothing on disk (no folder)
     restarted = federation.chain(tmp_path)
-    with pytest.raises(UncheckedModelError, match="holds no model it checked"):
+    with pytest.raises(UncheckedModelError, match="holds no model it checked before this one, nor the initial"):
         restarted.sent(2, *sent(state))
+    with pytest.raises(UncheckedModelError, match="nor the initial"):  # nor a backdoored initial model
+        restarted.sent(2, *backdoored(sent(federation.start)))
     assert restarted.unchecked_from == 2
     restarted.sent(1, *sent(federation.start))  # round 1 run again: its model is still the plan's
+    # Every round since round 1 void: the plan's initial model is still the one to train on, and checked as such.
+    again = federation.chain(tmp_path)
+    again.sent(3, *sent(federation.start))
+    assert again.anchor is not None and again.anchor.round == 3 and again.unchecked_from is None
 
 
 def test_a_skipped_round_then_a_forged_model_is_sat_out_and_the_model_checked_is_taken_again(
