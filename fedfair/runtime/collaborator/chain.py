@@ -216,21 +216,31 @@ class ModelChain:
     def evaluated(self, round_number: int, theta: np.ndarray, c: float) -> None:
         """Check the output model (theta-bar, c-bar) sent for round `round_number`'s evaluation.
 
+        A round later than the last one this site checked (the rounds since void before it was sent their model)
+        is evaluated only on a model it made: the average of its anchor's state, or of the step of its verified sum.
+
         Raises:
             VerificationError: NEXT_MODEL, this site verified round `round_number`'s sum and the model is not the
                 average of the state after it (or, the round void, before it).
-            UncheckedModelError: this site did not verify round `round_number`'s sum: it sits the evaluation out.
+            UncheckedModelError: this site did not verify round `round_number`'s sum, or checked no model of it or
+                since, and the model is none it made: it sits the evaluation out.
         """
         if not self.active:
             return
         anchor = self._held()
-        if anchor is None or anchor.round != round_number:
+        if anchor is None or anchor.round > round_number:
             at = "no round" if anchor is None else f"round {anchor.round}"
             self._unchecked(round_number, f"it last checked the model of {at}, not of training round {round_number}")
         candidates = [anchor.state] if anchor.next is None else [anchor.next, anchor.state]
         for candidate in candidates:
             if c == candidate.c_average and self._downloaded(candidate, "theta_average", theta, narrowed=True):
                 return
+        if anchor.round < round_number:
+            self._unchecked(
+                round_number,
+                f"it last checked the model of round {anchor.round}, not of training round {round_number}, and the "
+                "output model is the average of none it made",
+            )
         if not anchor.verified:
             self._unchecked(round_number, f"it did not verify round {round_number}'s sum")
         raise VerificationError(

@@ -165,14 +165,19 @@ def test_a_skipped_round_then_a_forged_model_is_sat_out_and_the_model_checked_is
     chain.sent(7, *sent(state))
 
 
-def test_an_evaluation_of_a_round_this_site_did_not_verify_is_sat_out(federation: Federation) -> None:
+def test_an_evaluation_of_a_model_this_site_did_not_make_is_sat_out(federation: Federation) -> None:
     chain = federation.chain()
     state = two_rounds(federation, chain)
     output = model_download(state.theta_average.numpy(), builtin=True)
-    with pytest.raises(UncheckedModelError, match="last checked the model of round 2, not of training round 3"):
-        chain.evaluated(3, output, state.c_average)
+    forged = backdoored((output, 0.0, None))[0]
+    with pytest.raises(UncheckedModelError, match="last checked the model of round 2, not of training round 3, and"):
+        chain.evaluated(3, forged, state.c_average)
     with pytest.raises(UncheckedModelError, match="did not verify round 2's sum"):
-        chain.evaluated(2, backdoored((output, 0.0, None))[0], state.c_average)
+        chain.evaluated(2, forged, state.c_average)
+    # Round 3 void before its model was sent: its evaluation is of the model this site checked for round 2.
+    chain.evaluated(3, output, state.c_average)
+    with pytest.raises(UncheckedModelError, match="last checked the model of round 2, not of training round 1"):
+        chain.evaluated(1, output, state.c_average)
 
 
 @pytest.mark.parametrize("breach", ["weight", "norm"])
