@@ -52,8 +52,7 @@ def test_a_site_lost_before_its_tags_voids_that_round_and_no_later_total_subtrac
     log = read_round_log(workspace.output)
     assert [record["round"] for record in log] == list(range(1, ROUNDS + 1)), log
     first, second = log
-    # Site-c is party 3 of the roster (sorted names): the secure sum names parties by id.
-    assert first["status"] == "aborted" and "no tags of the bounded sum's total from party 3" in first["reason"], first
+    assert first["status"] == "aborted" and "no tags of the bounded sum's total from site-c" in first["reason"], first
     if leaver == "noised":  # round 2's inputs are new: it applies over the two that stayed
         assert second["status"] == "applied" and sorted(second["contributors"]) == ["site-a", "site-b"], second
         return

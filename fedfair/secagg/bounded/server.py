@@ -8,6 +8,7 @@ here, so the auditor talks to the aggregator only.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -36,13 +37,19 @@ class BoundedServer:
     """
 
     def __init__(
-        self, parameters: BoundedParameters, identity_key: ec.EllipticCurvePrivateKey, public: bytes = b""
+        self,
+        parameters: BoundedParameters,
+        identity_key: ec.EllipticCurvePrivateKey,
+        public: bytes = b"",
+        names: Mapping[int, str] | None = None,
     ) -> None:
         """``identity_key``: the aggregator's, whose public half is ``parameters.aggregator_key``.
 
         ``public``: the round's public parameters as the runner states them, sent to every site with the round key.
+        ``names``: each party's name, for the reasons an operator reads (None: parties are named by id).
         """
         self.parameters = parameters
+        self._names = names or {}
         self._identity_key = identity_key
         self._public = public
         self._verifier: RoundVerifier | None = None
@@ -66,7 +73,8 @@ class BoundedServer:
             raise ConfigError(
                 "the bounded sum's server signs its verdict record: give it the aggregator's identity key"
             )
-        return cls(round_parameters(config, setup), setup.identity_key, setup.public)
+        names = {config.party_id(name): name for name in config.parties}
+        return cls(round_parameters(config, setup), setup.identity_key, setup.public, names)
 
     @property
     def context(self) -> BoundedContext:
@@ -166,7 +174,9 @@ class BoundedServer:
         DECIDE is waited for once; docs/security.md, "A site that leaves at DECIDE"). The auditor withholds its tags
         from a record that is not signed by this aggregator or accepts other sites than its total covers.
         """
-        untagged = [f"party {party}" for party in self.outcome.accepted if party not in self._tags]
+        untagged = [
+            self._names.get(party, f"party {party}") for party in self.outcome.accepted if party not in self._tags
+        ]
         if AUDITOR not in self._tags:
             untagged.append("the auditor")
         if untagged:
