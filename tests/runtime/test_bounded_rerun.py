@@ -3,11 +3,11 @@
 An aggregator that restarts runs its round again, and every site sends its kept input again; so does a later round
 on the model a void round left (a site lost before its tags at DECIDE). Two totals of those inputs over different
 sites (one site's part dropped in one of them) would differ by that site's input, so the auditor withholds the
-second total (:meth:`AuditorRounds._check_rerun`); the aggregator then has no sum, and no site is asked to decide on
-one. The same inputs over the same sites are totalled again, with the same noise (its key derives from the round and
-the auditor's kept secret): the sum tells nothing new. The first total's sites are kept in the auditor's folder, so
-an auditor restarted in between withholds it too. Under distributed DP each round's inputs are trained afresh and
-charged, so a later round is held to nobody's sites.
+second total (:meth:`AuditorRounds._check_inputs_totalled_before`); the aggregator then has no sum, and no site is
+asked to decide on one. The same inputs over the same sites are totalled again, with the same noise (its key
+derives from the round and the auditor's kept secret): the sum tells nothing new. The first total's sites are kept
+in the auditor's folder, so an auditor restarted in between withholds it too. Under distributed DP each round's
+inputs are trained afresh and charged, so a later round is held to nobody's sites.
 """
 
 from __future__ import annotations

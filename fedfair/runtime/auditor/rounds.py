@@ -98,14 +98,14 @@ class AuditorRounds:
             received = spec.received(inputs)
         message = spec.step(self.current.auditor, received, _not_asked)
         if spec.stage is BoundedStage.TOTAL:
-            self._check_rerun(frozenset(map(self.current.config.name_of, message.accepted)))
+            self._check_inputs_totalled_before(frozenset(map(self.current.config.name_of, message.accepted)))
             self.verified.append(binding.round)
         if spec.stage is BoundedStage.DECIDE:
             self.tagged.append(binding.round)
             self.current = None
         return bytes(message.to_bytes())
 
-    def _check_rerun(self, accepted: frozenset[str]) -> None:
+    def _check_inputs_totalled_before(self, accepted: frozenset[str]) -> None:
         """Withhold a total of inputs totalled before over other sites than their first total (ProtocolError).
 
         A round the aggregator runs again (it restarted), and a later round on the model a void round left (a site
