@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fedfair.core.errors import ConfigError
-from fedfair.research import selection, stopping, tuning
+from fedfair.research import selection, stopped, stopping, tuning
 from fedfair.research.flags import config_from_flags
 from fedfair.research.paper_splits import paper_split
 from fedfair.research.profiles import PROFILES, TABLE_RHO
@@ -392,9 +392,8 @@ def test_every_committed_stop_is_inside_its_ceiling_or_says_why(folder: str) -> 
         stop, ceiling = int(choice["stop_round"]), int(choice["max_rounds"])
         assert ceiling in stopping.CEILINGS and stop % stopping.CHECK_EVERY == 0
         assert stop < ceiling or "ladder's end" in choice["limits"], method
-        # Adult's and Census's tables searched the step alone (steps_tried); a search over the knob too says which
-        # axes (points_tried, each point's values joined by "|"), a pruned point's risk its lowest before pruning.
-        tried = dict(pair.split(":") for pair in choice.get("points_tried", choice.get("steps_tried", "")).split())
+        # Each point tried (its axes' values joined by "|") with its stopped risk, a pruned one's its lowest before.
+        tried = dict(pair.split(":") for pair in choice["points_tried"].split())
         assert float(choice["validation_worst_risk"]) == pytest.approx(min(map(float, tried.values())), abs=1e-5)
         seeds = [row for row in rows if row["method"] == method]
         assert len(seeds) >= 2 and {(row["stop_round"], row["max_rounds"]) for row in seeds} == {
@@ -419,12 +418,14 @@ def test_every_committed_stop_is_inside_its_ceiling_or_says_why(folder: str) -> 
 
 @pytest.mark.parametrize("folder", STOPPED)
 def test_every_point_a_stopped_search_tried_is_on_todays_ladders(folder: str) -> None:
-    # A stopped search's points (``step|knob``) are values of the axes it names, on today's ladders (which only gain
-    # rungs): a point off them was not the protocol's.
+    # A stopped search re-chose every method's step and its own main knob (``step|knob``), each point on today's
+    # ladders (which only gain rungs): a point off them was not the protocol's.
     today = {axis.name: axis for axis in vars(tuning).values() if isinstance(axis, Axis)}
+    methods = {label: method for method, label in METHOD_LABELS.items()}
     for choice in read_csv(FIGURES / folder / "stopped_choice.csv"):
-        names = choice.get("axes", tuning.STEP.name).split(" | ")
-        tried = choice.get("points_tried", choice.get("steps_tried", "")).split()
+        names = choice["axes"].split(" | ")
+        assert names == [tuning.STEP.name, stopped.MAIN_KNOB[methods[choice["method"]]].name], choice["method"]
+        tried = choice["points_tried"].split()
         assert tried, choice["method"]
         for pair in tried:
             values = [float(value) for value in pair.split(":")[0].split("|")]
