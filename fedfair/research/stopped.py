@@ -4,7 +4,7 @@ From each method's point chosen by the tuning protocol (its committed ``tuning.c
 rule, one rung along one axis at a time, over the step ladder and the method's own knob (`MAIN_KNOB`; bounded by
 `STEP_EXTENSION_RUNS` + `KNOB_EXTENSION_RUNS` runs past the chosen point) judges every point by its stopped
 validation risk: the lowest validation worst-rho risk of the checkpoints up to a ceiling, the ceiling raised
-where the lowest is the ceiling (`stopping.choose_stop`). A point clearly worse than the choice so far after a
+where the lowest is the ceiling (`stopping.choose_stops`). A point clearly worse than the choice so far after a
 few rounds may be pruned there (`stopping.outrun`). The test runs of the chosen point train exactly its stop
 round on the profile's seeds and keep every held-out row's loss, for the paired gaps. Why: docs/paper.md,
 "Stopped by validation".
@@ -161,8 +161,8 @@ def choose(
 ) -> dict[str, Stopped]:
     """Each method's step (and own knob) re-chosen at its stopped validation risk, all methods' runs together.
 
-    Each stop round is `stopping.choose_stop`'s over `ceilings` (a shorter ladder than `stopping.CEILINGS` ends
-    sooner, its top then named in the stop's limits). The search starts at the chosen point and follows the
+    Each stop round is `stopping.choose_stops`'s over `ceilings`, every point at a rung trained together (a
+    shorter ladder than `stopping.CEILINGS` ends sooner, its top then named in the stop's limits). The search starts at the chosen point and follows the
     edge rule one rung along one axis at a time; `step_runs` + `knob_runs` bound the points it tries past the
     chosen one (0: the chosen point alone, stopped; its search then says "unsettled"). Where `prune_at` > 0, a
     point not yet run to the first ceiling is first trained `prune_at` rounds and dropped if `stopping.outrun`
@@ -219,17 +219,15 @@ def choose(
                 pruned[methods[index]][point] = prune_at
                 risks[(methods[index], point)] = stopping.lowest_until(trace, prune_at)
         kept = [pair for pair in pairs if pair not in risks]
-        # The first rung of every kept point together (a pool trains them at once); a higher rung only at an edge.
-        runs_to(kept, ceilings[0])
-        for method, point in kept:
 
-            def trace_to(ceiling: int, method: str = method, point: tuning.Coordinates = point) -> stopping.Trace:
-                trace = runs_to([(method, point)], ceiling)[0]
-                traces[(method, point)] = trace
-                return trace
+        def traces_to(ceiling: int, pending: list[tuple[str, tuning.Coordinates]]) -> list[stopping.Trace]:
+            # Every pending point of a rung together (a pool trains them at once); a higher rung only at an edge.
+            found = runs_to(pending, ceiling)
+            traces.update(zip(pending, found, strict=True))
+            return found
 
-            stops[(method, point)] = stopping.choose_stop(trace_to, ceilings)
-            risks[(method, point)] = stops[(method, point)].risk
+        stops.update(stopping.choose_stops(traces_to, kept, ceilings))
+        risks.update((pair, stops[pair].risk) for pair in kept)
         return [risks[pair] for pair in pairs]
 
     tuning.settle(searches, evaluate)

@@ -4,16 +4,18 @@ A stopping run trains a method's chosen point on the validation split up to a ce
 `CHECK_EVERY` rounds, the output a run stopped at that round would give (`checkpoints`: not the state's own
 running average, which a longer run starts later). Its stop round is the checkpoint of lowest validation
 worst-rho risk (`stop_round`); where that is the ceiling itself, the edge rule of `fedfair.research.tuning`
-applies to the rounds as to any knob: the ceiling rises to the next rung of `CEILINGS` (`choose_stop`). The
+applies to the rounds as to any knob: the ceiling rises to the next rung of `CEILINGS` (`choose_stops`). The
 test runs then train exactly the stop round's rounds on the test seeds. Why: docs/paper.md, "Stopped by
 validation".
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -29,6 +31,8 @@ CEILINGS = (1000, 2000, 4000)
 
 Trace = Sequence[tuple[int, float]]
 """(round, validation worst-rho risk) pairs of a stopping run's checkpoints, in round order."""
+
+Key = TypeVar("Key", bound=Hashable)
 
 
 def stop_round(trace: Trace) -> int | None:
@@ -54,27 +58,40 @@ class Stop:
     """Why the stop round is not strictly inside the ceiling (empty: it is)."""
 
 
-def choose_stop(trace_to: Callable[[int], Trace], ceilings: Sequence[int] = CEILINGS) -> Stop:
-    """The stop round of one point: `trace_to(ceiling)`'s checkpoints at each rung of `ceilings` until one is inside.
+def choose_stops(
+    traces_to: Callable[[int, list[Key]], Sequence[Trace]], keys: Sequence[Key], ceilings: Sequence[int] = CEILINGS
+) -> dict[Key, Stop]:
+    """The stop round of each point in `keys`, every point at one rung of `ceilings` trained together.
 
-    A stop round equal to its ceiling is a choice at the edge of the range tried, no choice: the next rung is
-    tried, until the ladder's top, which is then named in `Stop.limits`. A run that diverges before its
-    ceiling stops inside it (its checkpoints end where it failed).
+    `traces_to(ceiling, pending)` gives the checkpoints to `ceiling` of each pending point, in order (one call a
+    rung, so that a pool trains them at once). A stop round equal to its ceiling is a choice at the edge of the
+    range tried, no choice: the point goes on to the next rung, until the ladder's top, which is then named in
+    `Stop.limits`. A run that diverges before its ceiling stops inside it (its checkpoints end where it failed).
 
     Raises:
         ConfigError: `ceilings` is empty or not ascending.
     """
     if not ceilings or any(low >= high for low, high in zip(ceilings, ceilings[1:], strict=False)):
         raise ConfigError(f"the ceilings must be a non-empty ascending ladder of rounds, got {tuple(ceilings)}")
+    stops: dict[Key, Stop] = {}
+    pending = list(keys)
     for ceiling in ceilings:
-        trace = trace_to(ceiling)
-        best = stop_round(trace)
-        if best is None:
-            return Stop(None, math.nan, ceiling, (f"every checkpoint to round {ceiling} diverged",))
-        risk = dict(trace)[best]
-        if best < ceiling:
-            return Stop(best, risk, ceiling)
-    return Stop(best, risk, ceiling, (f"rounds {ceiling} is its ladder's end: the curve was still falling there",))
+        if not pending:
+            break
+        at_edge: list[Key] = []
+        for key, trace in zip(pending, traces_to(ceiling, pending), strict=True):
+            best = stop_round(trace)
+            if best is None:
+                stops[key] = Stop(None, math.nan, ceiling, (f"every checkpoint to round {ceiling} diverged",))
+            else:
+                stops[key] = Stop(best, dict(trace)[best], ceiling)
+                if best >= ceiling:
+                    at_edge.append(key)
+        pending = at_edge
+    for key in pending:  # still falling at the ladder's top
+        top = f"rounds {stops[key].ceiling} is its ladder's end: the curve was still falling there"
+        stops[key] = dataclasses.replace(stops[key], limits=(top,))
+    return {key: stops[key] for key in keys}
 
 
 def checkpoints(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ import torch
 from fedfair.core.errors import ConfigError
 from fedfair.core.server import ServerState
 from fedfair.research import stopping
-from fedfair.research.stopping import Stop, choose_stop, stop_round
+from fedfair.research.stopping import CEILINGS, Stop, Trace, choose_stops, stop_round
 
 
 def curve(best: int, ceiling: int, every: int = 10) -> stopping.Trace:
@@ -18,6 +19,11 @@ def curve(best: int, ceiling: int, every: int = 10) -> stopping.Trace:
     return [
         (round_number, 0.5 + ((round_number - best) / 1000) ** 2) for round_number in range(every, ceiling + 1, every)
     ]
+
+
+def choose_stop(trace_to: Callable[[int], Trace], ceilings: Sequence[int] = CEILINGS) -> Stop:
+    """One point's stop: `choose_stops` of it alone."""
+    return choose_stops(lambda ceiling, keys: [trace_to(ceiling) for _ in keys], ["point"], ceilings)["point"]
 
 
 def test_the_stop_round_is_the_argmin_and_ties_and_divergence_are_ruled() -> None:
@@ -47,6 +53,34 @@ def test_a_stop_at_the_ceiling_raises_it_by_the_edge_rule_until_inside() -> None
 
     assert choose_stop(trace_to) == Stop(1500, 0.5, 2000)
     assert asked == [1000, 2000]
+
+
+def test_every_point_of_a_rung_is_trained_together_and_only_those_at_its_edge_go_on() -> None:
+    # One call a rung, so a pool trains its points at once: a search whose points hit a ceiling one after another
+    # left all but one worker idle.
+    bests = {"inside": 370, "later": 1500, "latest": 2500, "falling": 9000, "lost": 0}
+    asked: list[tuple[int, list[str]]] = []
+
+    def traces_to(ceiling: int, pending: list[str]) -> list[stopping.Trace]:
+        asked.append((ceiling, list(pending)))
+        return [[(10, math.nan)] if key == "lost" else curve(bests[key], ceiling) for key in pending]
+
+    stops = choose_stops(traces_to, list(bests))
+    assert asked == [
+        (1000, ["inside", "later", "latest", "falling", "lost"]),
+        (2000, ["later", "latest", "falling"]),
+        (4000, ["latest", "falling"]),
+    ]
+    assert list(stops) == list(bests)
+    assert stops["inside"] == Stop(370, 0.5, 1000) and stops["later"] == Stop(1500, 0.5, 2000)
+    assert stops["latest"] == Stop(2500, 0.5, 4000)
+    assert (stops["falling"].round, stops["falling"].ceiling) == (4000, 4000)
+    assert stops["falling"].limits == ("rounds 4000 is its ladder's end: the curve was still falling there",)
+    assert stops["lost"].round is None and stops["lost"].ceiling == 1000
+    # Each point's stop is the one it gets alone.
+    for key, best in bests.items():
+        if key != "lost":
+            assert choose_stop(lambda ceiling, best=best: curve(best, ceiling)) == stops[key], key
 
 
 def test_a_curve_falling_at_the_top_of_the_ladder_says_so() -> None:
