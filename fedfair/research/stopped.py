@@ -161,13 +161,14 @@ def choose(
 ) -> dict[str, Stopped]:
     """Each method's step (and own knob) re-chosen at its stopped validation risk, all methods' runs together.
 
-    Each stop round is `stopping.choose_stops`'s over `ceilings`, every point at a rung trained together (a
-    shorter ladder than `stopping.CEILINGS` ends sooner, its top then named in the stop's limits). The search starts at the chosen point and follows the
-    edge rule one rung along one axis at a time; `step_runs` + `knob_runs` bound the points it tries past the
-    chosen one (0: the chosen point alone, stopped; its search then says "unsettled"). Where `prune_at` > 0, a
-    point not yet run to the first ceiling is first trained `prune_at` rounds and dropped if `stopping.outrun`
-    by the search's choice so far at that round (`PRUNE_MARGIN`): successive halving with one rung. Only the
-    methods in `rechosen` (None: every method) are searched; the others are stopped at their chosen point alone.
+    Each stop round is `stopping.choose_stops`'s over `ceilings`, every point at a rung trained together (a shorter
+    ladder than `stopping.CEILINGS` ends sooner, its top then named in the stop's limits). The search starts at the
+    chosen point and follows the edge rule one rung along one axis at a time; `step_runs` + `knob_runs` bound the
+    points it tries past the chosen one (0: the chosen point alone, stopped; its search then says "unsettled").
+    Where `prune_at` > 0, a point not yet run to the first ceiling is first trained `prune_at` rounds and dropped if
+    `stopping.outrun` by the search's choice so far at that round (`PRUNE_MARGIN`): successive halving with one
+    rung. Only the methods in `rechosen` (None: every method) are searched; the others are stopped at their chosen
+    point alone.
     """
     methods = list(choices)
 
