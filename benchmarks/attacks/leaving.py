@@ -51,7 +51,7 @@ def leaving_row(where: Path, book: RowBook, *, noised: bool) -> None:
     ) as row:
         sections = plan_sections(secure=True, rounds=ROUNDS, quorum=2, timeout=30.0, training={"local_steps": 1})
         if noised:
-            sections["privacy"] = {"mode": "distributed", "epsilon": 3.0}
+            sections["privacy"] = {"mode": "distributed", "epsilon": 3.0, "report_epsilon": 1.0}
             del sections["influence"]  # declared sizes (the workspace's), which distributed noise needs
         workspace = make_workspace(where, THREE, plan=sections)
         output = load_aggregator_plan(workspace.plan).aggregator.output

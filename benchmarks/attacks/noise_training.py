@@ -33,7 +33,13 @@ from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 # ---------------------------------------------------------------- training differencing
 
 
-TRAINING_PRIVACY: dict[str, Any] = {"mode": "distributed", "epsilon": 3.0, "delta": 1e-5, "budget": 10.0}
+TRAINING_PRIVACY: dict[str, Any] = {
+    "mode": "distributed",
+    "epsilon": 3.0,
+    "report_epsilon": 1.0,
+    "delta": 1e-5,
+    "budget": 10.0,
+}
 """The training row's [privacy]: distributed DP-SGD, the plan's two rounds spending epsilon 3 at delta 1e-5."""
 BATCH_FRACTION = 0.05
 """Poisson sampling rate of every site's DP-SGD step (the plan's batch_fraction), in the attack and the control."""

@@ -19,7 +19,7 @@ from tests.runtime.test_input_bound import ON, declared, federation  # noqa: F40
 from tests.runtime.test_manifest import aggregator_plan_with
 from tests.runtime.test_plan import aggregator_plan
 
-DP = {"privacy": {"mode": "distributed", "epsilon": 3.0}, "training": {"local_steps": 1}}
+DP = {"privacy": {"mode": "distributed", "epsilon": 3.0, "report_epsilon": 1.0}, "training": {"local_steps": 1}}
 """Training DP as a plan may declare it (one DP-SGD step a round)."""
 
 

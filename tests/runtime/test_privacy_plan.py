@@ -19,7 +19,7 @@ from fedfair.privacy import distributed, rounding
 from fedfair.privacy.calibration import threshold_clip
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.runtime.aggregator.checkpoint import read_round_log
-from fedfair.privacy.ledger import Charge, Ledger
+from fedfair.privacy.ledger import Charge, Ledger, composed
 from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.input_record import InputRecord
@@ -75,7 +75,15 @@ def test_the_honest_survivors_carry_the_whole_noise() -> None:
         ({"mode": "distributed"}, True, "set epsilon"),
         ({"mode": "distributed", "epsilon": 3.0}, False, r"\[secure_aggregation\] is off"),
         ({"mode": "central", "epsilon": 3.0}, True, "mode"),
-        ({"mode": "distributed", "epsilon": 30.0}, True, "budget = 10 is below 30"),
+        ({"mode": "distributed", "epsilon": 30.0, "report_epsilon": 1.0}, True, "budget = 10 is below 30"),
+        # Noised training beside exact answers: the answers would decode exactly (issue 93).
+        (
+            {"mode": "distributed", "epsilon": 3.0},
+            True,
+            r'mode = "distributed" protects training, but without '
+            r"report_epsilon .* go to the aggregator exact; set report_epsilon \(e.g. 1.0\)",
+        ),
+        ({"mode": "local"}, True, r'mode = "local" protects training, but without report_epsilon'),
     ],
 )
 def test_a_privacy_section_that_cannot_hold_is_refused(section: dict[str, float], secure: bool, message: str) -> None:
@@ -224,7 +232,7 @@ def test_a_distributed_dp_federation_trains_inside_the_noised_secure_sum(
         names,
         training={"rounds": rounds, "local_steps": 1, "batch_fraction": 0.05},
         secure_aggregation={"modulus_bits": 64},
-        privacy={"mode": "distributed", "epsilon": 2.0, "max_grad_norm": 5.0},
+        privacy={"mode": "distributed", "epsilon": 2.0, "max_grad_norm": 5.0, "report_epsilon": 1.0},
     )
     with thread_federation(workspace) as federation:
         federation.join(300)
@@ -236,12 +244,13 @@ def test_a_distributed_dp_federation_trains_inside_the_noised_secure_sum(
     plan = federation.plan
     for name in names:
         site = open_ledger(load_collaborator_config(workspace.configs[name]))
-        ledger = site.releases()
-        assert [(entry["kind"], entry["round"]) for entry in ledger] == [("train", r) for r in range(1, rounds + 1)]
-        assert all(entry["sampling_rate"] == pytest.approx(0.05) for entry in ledger)
+        trained = [entry for entry in site.releases() if entry["kind"] == "train"]
+        assert [entry["round"] for entry in trained] == list(range(1, rounds + 1))
+        assert all(entry["sampling_rate"] == pytest.approx(0.05) for entry in trained)
         # Every round is one step of the run the noise was calibrated for: all three spend 3/rounds of it.
-        spent = site.spent(plan.privacy.delta)
-        assert plan.privacy.epsilon is not None and 0 < spent < plan.privacy.epsilon
+        assert plan.privacy.epsilon is not None
+        assert 0 < composed(trained, plan.privacy.delta) < plan.privacy.epsilon
+        spent = site.spent(plan.privacy.delta)  # with the noised answers the plan needs beside noised training
     page = write_report(workspace.output).read_text()
     assert f"{rounds} training rounds decoded with Skellam noise inside the secure sum" in page
     assert f"standard deviation {stds[0]:.3g} per coordinate" in page and "fedfair collaborator ledger" in page
@@ -253,14 +262,14 @@ def test_a_distributed_dp_federation_trains_inside_the_noised_secure_sum(
 
 
 def test_a_training_only_privacy_section_is_shared_and_pinned(tmp_path: Path) -> None:
-    """mode = "distributed" without report_epsilon still travels in the shared plan (and so in the manifest's
-    digest): an aggregator cannot serve the same plan without the training noise."""
+    """mode = "distributed" travels in the shared plan (and so in the manifest's digest): an aggregator cannot
+    serve the same plan without the training noise."""
     workspace = new_workspace(
         tmp_path,
         ["site-a", "site-b", "site-c"],
         training={"local_steps": 1},
         secure_aggregation={"modulus_bits": 64},
-        privacy={"mode": "distributed", "epsilon": 2.0},
+        privacy={"mode": "distributed", "epsilon": 2.0, "report_epsilon": 1.0},
     )
     plan = load_aggregator_plan(workspace.plan)
     assert shared_content(plan)["privacy"]["mode"] == "distributed"
@@ -357,7 +366,7 @@ def test_equal_weights_calibrate_the_training_noise_to_one_records_true_move() -
     data: dict[str, dict[str, object]] = {
         "training": {"rounds": 20, "local_steps": 1, "batch_fraction": 0.05},
         "secure_aggregation": {"modulus_bits": 64},
-        "privacy": {"mode": "distributed", "epsilon": 2.0, "max_grad_norm": 5.0},
+        "privacy": {"mode": "distributed", "epsilon": 2.0, "max_grad_norm": 5.0, "report_epsilon": 1.0},
     }
     equal = read_learning("plan.toml", {**data, "influence": {"weights": "equal", "sizes": sizes}}, 3)
     declared = read_learning("plan.toml", {**data, "influence": {"weights": "declared", "sizes": sizes}}, 3)
@@ -392,7 +401,7 @@ def test_equal_weights_train_inside_the_secure_sum_with_the_noise_one_record_nee
     sections: dict[str, dict[str, object]] = {
         "training": {"rounds": 2, "local_steps": 1, "batch_fraction": 0.05},
         "secure_aggregation": {"modulus_bits": 64},
-        "privacy": {"mode": "distributed", "epsilon": 2.0, "max_grad_norm": 5.0},
+        "privacy": {"mode": "distributed", "epsilon": 2.0, "max_grad_norm": 5.0, "report_epsilon": 1.0},
     }
     # The sizes a workspace declares for Adult's race split (DP fixes each batch from them).
     declared = load_aggregator_plan(new_workspace(tmp_path / "sizes", names, **sections).plan).influence.sizes

@@ -44,7 +44,7 @@ ROUNDS = 4
 @pytest.mark.slow
 @pytest.mark.parametrize("noised", [False, True], ids=["no-noise", "distributed-noise"])
 def test_a_survivor_lost_before_its_tag_costs_no_round(tmp_path: Path, processes: Processes, noised: bool) -> None:
-    privacy = {"privacy": {"mode": "distributed", "epsilon": 3.0}} if noised else {}
+    privacy = {"privacy": {"mode": "distributed", "epsilon": 3.0, "report_epsilon": 1.0}} if noised else {}
     workspace = new_workspace(
         tmp_path,
         NAMES,

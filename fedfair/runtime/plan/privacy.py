@@ -5,8 +5,9 @@ smallest survivor set the plan allows carry it in full (:func:`fedfair.privacy.d
 Three releases, each charged to the institution's ledger before it leaves: training updates under
 ``mode = "distributed"`` (:func:`training_noise`); under ``report_epsilon``, evaluation answers
 (:func:`answer_release`) and, with a ``[schema]``, the table statistics before round 1
-(:func:`statistics_release`). Without ``report_epsilon`` the statistics and answers are exact sums,
-without ``mode = "distributed"`` the updates are; agreed weights are never noised.
+(:func:`statistics_release`). Without ``report_epsilon`` the statistics and answers are exact sums, which a
+plan with a training DP mode may not have (it is refused); without ``mode = "distributed"`` the updates are
+exact; agreed weights are never noised.
 
 Why: docs/design.md, "Inside the runtime's shared modules".
 """
@@ -113,6 +114,14 @@ def read_plan_privacy(source: str, data: Mapping[str, object], secure: bool, loc
         t.fail(
             "[privacy] adds noise inside the secure sum, and [secure_aggregation] is off; turn secure "
             'aggregation on, or remove report_epsilon and mode = "distributed"'
+        )
+    if mode != "off" and settings.report_epsilon is None:
+        # Noised training next to exact answers: the evaluation answers and the table statistics would decode to
+        # the very sums (held-out losses, label counts) the training noise keeps from the aggregator.
+        t.fail(
+            f'[privacy] mode = "{mode}" protects training, but without report_epsilon the evaluation answers and '
+            "the table statistics go to the aggregator exact; set report_epsilon (e.g. 1.0) to noise them too, "
+            'or mode = "off" if no noise is wanted'
         )
     if settings.interim_report_epsilon is not None and settings.report_epsilon is None:
         t.fail(

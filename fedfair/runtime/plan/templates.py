@@ -240,7 +240,9 @@ budget = 10.0         # the most epsilon one institution spends here, training a
                       # (9 evaluations at 0.2 and the final one at 1.0 spend 1.23 of it)
 delta = 1e-5
 mode = "off"          # training DP: "distributed" is DP-SGD inside the secure sum (needs epsilon below,
-                      # local_steps = 1, declared sizes); "local" leaves it to each institution's config
+                      # local_steps = 1, declared sizes); "local" leaves it to each institution's config.
+                      # Either needs report_epsilon above: a plan that noises training and decodes its
+                      # answers and statistics exact is refused when it loads
 # epsilon = 3.0       # what all the training rounds spend under mode = "distributed"
 # max_grad_norm = 20.0  # theta's per-record clip bound under mode = "distributed"
 
