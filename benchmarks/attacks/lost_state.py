@@ -25,6 +25,7 @@ from attacks.target_site import TARGET, THREE, PROCESS_SECONDS, real, bindings_p
 from attacks.rows import RowBook
 from fedfair.runtime.local.processes import Child, child_environment, collaborator_command, start_aggregator
 from fedfair.privacy.accounting import privacy_state_path
+from fedfair.privacy.ledger_home import ledger_folder
 from fedfair.runtime.collaborator.charges import data_identity
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.local.workspace import Workspace, declared_sizes, make_workspace
@@ -114,7 +115,7 @@ def lost_ledger_row(root: Path, book: RowBook) -> None:
     ) as row:
         with target_federation(root, privacy=True) as federation:
             config = load_collaborator_config(federation.workspace.configs[TARGET])
-            accountant = privacy_state_path(config.source.parent, TARGET, data_identity(config.data))
+            accountant = privacy_state_path(ledger_folder(), TARGET, data_identity(config.data))
             first = federation.start()
             contributed = federation.trained(2)
             first.kill()

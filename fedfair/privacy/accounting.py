@@ -2,10 +2,12 @@
 
 Every round's steps join one history (noise, sample rate, steps) per collaborator and dataset,
 whichever federation asked, persisted in a JSON state file (:func:`privacy_state_path`,
-``NAME.DATA.privacy.json``) with the rounds each federation charged and a SHA-256 over its
-content, so that it survives restarts and a hand edit is refused; the cumulative (epsilon, delta)
-comes from a PRV accountant (RDP as a cross-check). Files of before, one per federation, are
-folded in once (:func:`open_accountant`). Under distributed DP a collaborator's spend is
+``NAME.DATA.privacy.json``, beside the data's ledger in the institution's ledger folder) with the
+rounds each federation charged and a SHA-256 over its content, so that it survives restarts and a
+hand edit is refused; the cumulative (epsilon, delta) comes from a PRV accountant (RDP as a
+cross-check). Like the ledger it counts the other accountants of the same people
+(:func:`shared_histories`). Files of before, one per federation, are folded in once
+(:func:`open_accountant`). Under distributed DP a collaborator's spend is
 :class:`DistributedAccountant`'s instead, the same interface over the plan's noise.
 """
 
@@ -15,7 +17,7 @@ import hashlib
 import json
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -30,6 +32,7 @@ from fedfair.pki.roster import canonical_json
 from fedfair.privacy.config import ACCOUNTANTS, PrivacyConfig
 from fedfair.privacy.distributed import TrainingNoise
 from fedfair.privacy.ledger import data_digest
+from fedfair.privacy.ledger_people import groups, overlaps
 
 RDP_ORDERS = tuple(RDPAccountant.DEFAULT_ALPHAS)
 STATE_FORMAT = "fedfair-privacy-accountant"
@@ -163,14 +166,16 @@ def privacy_state_path(folder: Path, name: str, data: Mapping[str, object]) -> P
 
 
 def open_accountant(
-    folder: Path, name: str, data: Mapping[str, object], federation: str
+    folder: Path, name: str, data: Mapping[str, object], federation: str, *, kept_in: Path | None = None
 ) -> tuple[PrivacyAccountant, list[str]]:
-    """The accountant of `name`'s `data` in `folder`, charging for `federation`; the federations folded in now.
+    """The accountant of `name`'s `data` in `kept_in` (default `folder`), charging for `federation`; what it folded.
 
-    Each state file of before (``NAME.FEDERATION.privacy.json``, version 1 or 2, and ``NAME.privacy.json``) is
-    folded in once: its history joins the data's and its rounds are kept under its federation.
+    Returns the accountant and the federations folded in now. Each state file of before in `folder`
+    (``NAME.FEDERATION.privacy.json``, version 1 or 2, and ``NAME.privacy.json``) is folded in once: its history
+    joins the data's and its rounds are kept under its federation.
     """
-    accountant = PrivacyAccountant(privacy_state_path(folder, name, data), federation=federation, data=data)
+    state = privacy_state_path(kept_in or folder, name, data)
+    accountant = PrivacyAccountant(state, federation=federation, data=data)
     folded = []
     for path in sorted(folder.glob(f"{name}.*privacy.json")):
         stem = path.name.removeprefix(f"{name}.").removesuffix("privacy.json").removesuffix(".")
@@ -198,8 +203,22 @@ class PrivacyAccountant:
         self.data = dict(data or {})
         self.history: History = []
         self._rounds: dict[str, int] = {}
+        self.shared: Callable[[], list[History]] | None = None
+        """What the other accountants of its people spent, one history per group of its rows
+        (:func:`shared_histories`), read again at each use; None when its people are not known."""
         if path is not None and path.exists():
             self._load(path)
+
+    @classmethod
+    def read(cls, path: Path) -> PrivacyAccountant:
+        """The accountant at `path` as it stands, whatever data it is of (another of the same people's).
+
+        Raises:
+            ConfigError: the file is damaged or edited, naming it.
+        """
+        state = read_json(path, "restore it from a backup (starting afresh would forget the privacy already spent)")
+        data = state.get("data") if isinstance(state, dict) else None
+        return cls(path, data=data if isinstance(data, dict) else {"unreadable": True})
 
     @property
     def rounds(self) -> int:
@@ -217,9 +236,14 @@ class PrivacyAccountant:
         return sum(steps for _, _, steps in self.history)
 
     def epsilon(self, delta: float, accountant: str = "prv", *, then: tuple[float, float, int] | None = None) -> float:
-        """Cumulative epsilon at delta so far, over every federation, or after one more run `then` if given."""
+        """Cumulative epsilon at delta so far, or after one more run `then` if given.
+
+        Over every federation and, where its people are known, every other accountant of them (for the row that
+        belongs to the most).
+        """
         history = _merged(self.history, then) if then is not None else self.history
-        return epsilon_of_history(history, delta, accountant)
+        shared = self.shared() if self.shared is not None else [[]]
+        return max(epsilon_of_history([*others, *history], delta, accountant) for others in shared)
 
     def spend(self, noise_multiplier: float, sample_rate: float, steps: int) -> None:
         """Record one round's steps (and persist them) before they are taken."""
@@ -297,6 +321,26 @@ class PrivacyAccountant:
                 "file that was at this path"
             )
         self.history, self._rounds = history, counted
+
+
+def shared_histories(ledger: Path, digests: np.ndarray, key: bytes) -> list[History]:
+    """What the other DP-SGD accountants of the same people spent: one history per group of a table's rows.
+
+    `ledger` is the path of the table's ledger in the institution's ledger folder, `digests` and `key` its rows'
+    (:func:`fedfair.privacy.ledger_people.keep_rows`); an accountant of another table there counts for the rows
+    its table shares (:func:`fedfair.privacy.ledger_people.overlaps`).
+
+    Raises:
+        ConfigError: a rows file or an accountant there is damaged or of another key, naming it.
+    """
+    histories: list[History] = []
+    memberships: list[np.ndarray] = []
+    for rows, inside in overlaps(ledger, digests, key):
+        state = rows.with_name(rows.name.removesuffix(".rows") + ".privacy.json")
+        if state.is_file():
+            histories.append(PrivacyAccountant.read(state).history)
+            memberships.append(inside)
+    return [[run for index in sorted(group) for run in histories[index]] for group in groups(memberships)]
 
 
 def _digest(content: Mapping[str, object]) -> str:

@@ -6,8 +6,8 @@ operator starts it again (:meth:`Ledger.reset`, itself a kept entry). Each entry
 the one before, the head the count and the last hash, and every value is range-checked on load: an edited
 or truncated ledger is refused naming the file and the entry (the chain has no secret: it catches accidents).
 
-A ledger has a lineage (a random id) and a home (where it was last written): a file whose home still holds
-its lineage is a copy, and is refused; one whose home is gone was moved (:mod:`fedfair.privacy.ledger_home`).
+A ledger has a lineage and a home: a copy is refused, a moved one kept (:mod:`fedfair.privacy.ledger_home`);
+its spend counts the other ledgers of its people too (:mod:`fedfair.privacy.ledger_people`).
 
 Why: docs/design.md, "Inside the privacy library".
 """
@@ -41,7 +41,17 @@ from fedfair.privacy.ledger_entries import (
     spent_on,
 )
 
-__all__ = ["CHARGED_KINDS", "RESET", "Charge", "Ledger", "composed", "data_digest", "entry_hash", "ledger_path"]
+__all__ = [
+    "CHARGED_KINDS",
+    "RESET",
+    "Charge",
+    "Ledger",
+    "Peer",
+    "composed",
+    "data_digest",
+    "entry_hash",
+    "ledger_path",
+]
 
 FORMAT = "fedfair-ledger"
 VERSION = 2
@@ -74,6 +84,27 @@ class Charge:
     addon: float = 0.0
 
 
+@dataclass(frozen=True)
+class Peer:
+    """Another ledger of the institution that holds some of a ledger's people: its lineage, file and entries."""
+
+    lineage: str
+    file: str
+    entries: tuple[Entry, ...]
+    rows: int
+    """How many of the ledger's (distinct) rows it holds."""
+
+    def counted(self, cut: int) -> list[Entry]:
+        """Its charged releases since its last reset, and from entry `cut` on (what a reset elsewhere left)."""
+        last = max((index for index, entry in enumerate(self.entries) if entry["kind"] == RESET), default=-1)
+        start = max(last + 1, cut)
+        return [dict(entry) for entry in self.entries[start:] if entry["kind"] != RESET]
+
+
+People = tuple[list[Peer], list[frozenset[int]]]
+"""The ledgers that share a ledger's people, and each group of its rows as the set of them (by index) it is in."""
+
+
 def data_digest(identity: Mapping[str, object]) -> str:
     """SHA-256 (hex) of a dataset's identity (what names its records), in canonical JSON."""
     return hashlib.sha256(canonical_json(dict(identity))).hexdigest()
@@ -92,11 +123,14 @@ def entry_hash(entry: Mapping[str, object]) -> str:
 class Ledger:
     """The privacy spent by one site's data: every noised release, whichever federation asked, hash-chained."""
 
-    def __init__(self, path: Path, site: str, identity: Mapping[str, object] | None) -> None:
+    def __init__(
+        self, path: Path, site: str, identity: Mapping[str, object] | None, *, read_only: bool = False
+    ) -> None:
         """Load the ledger at `path` (of `site` and the data `identity` names), or start an empty one.
 
         `identity` None reads a version 1 ledger of whatever data it names, to be taken over (:meth:`take_over`).
-        A ledger moved from its home is written at once with its new home.
+        A ledger moved from its home is written at once with its new home, unless `read_only` (another
+        ledger read for its spend, :meth:`read`: neither rewritten nor refused as a copy).
 
         Raises:
             ConfigError: the file is damaged, edited, truncated, of other data, or a copy of a ledger still at its
@@ -111,13 +145,29 @@ class Ledger:
         """The ledgers it took over: their file names, data and when."""
         self.on_write: Callable[[Ledger], None] | None = None
         """Called after each write (the site's folder notes what it charged, :mod:`fedfair.privacy.ledger_home`)."""
+        self.people: Callable[[], People] | None = None
+        """The other ledgers of its people, read again at each use (:mod:`fedfair.privacy.ledger_people`)."""
         self._entries: list[Entry] = []
         self._version = VERSION if identity is not None else 1
         self.found = self.path.exists()
         """Whether the ledger was on disk when it was opened (else it starts empty)."""
-        if self.found and self._load():
+        if self.found and self._load(refuse_copy=not read_only) and not read_only:
             with self._locked():
                 self._append([])  # moved: it now lives here, so a copy of it elsewhere is told from it
+
+    @classmethod
+    def read(cls, path: Path) -> Ledger:
+        """The ledger at `path` as it stands, whatever site and data it is of, to count its spend; written never.
+
+        Raises:
+            ConfigError: the file is damaged or edited, naming it, the entry and the fix.
+        """
+        document = read_json(path, _FIX)
+        head = document if isinstance(document, dict) else {}
+        site, data = head.get("site"), head.get("data")
+        if head.get("version") != VERSION or not isinstance(site, str) or not isinstance(data, dict):
+            raise ConfigError(f"privacy ledger {path} is not a version {VERSION} {FORMAT} file; {_FIX}")
+        return cls(path, site, data, read_only=True)
 
     # ------------------------------------------------------------ what it says
 
@@ -174,8 +224,33 @@ class Ledger:
         return sum(entry["kind"] != RESET and entry["federation"] == federation for entry in self._entries)
 
     def spent(self, delta: float, federation: str | None = None) -> float:
-        """The epsilon at `delta` of the releases since the last reset (of one `federation`, or all) composed."""
-        return composed(self.releases(federation), delta)
+        """The epsilon at `delta` of the releases since the last reset composed.
+
+        Of one `federation` here, or (None) of all, with those of the other ledgers of its people, for the row that
+        belongs to the most of them.
+        """
+        if federation is not None:
+            return composed(self.releases(federation), delta)
+        own = self.releases()
+        return max(composed([*shared, *own], delta) for shared in self.shared_releases())
+
+    def peers(self) -> list[Peer]:
+        """The other ledgers that hold some of its people (none when its people are not known)."""
+        return self.people()[0] if self.people is not None else []
+
+    def shared_releases(self) -> list[list[Entry]]:
+        """For each group of its rows that belong to the same other ledgers, what those charged that counts here.
+
+        A release of another ledger counts from that ledger's last reset on, and from where this ledger's own last
+        reset (the operator's word that these are new people) left it. One empty list when it shares no one.
+        """
+        if self.people is None:
+            return [[]]
+        peers, groups = self.people()
+        last = next((entry for entry in reversed(self._entries) if entry["kind"] == RESET), {})
+        cut: Mapping[str, int] = last.get("shared", {})  # type: ignore[assignment]
+        counted = [peer.counted(cut.get(peer.lineage, 0)) for peer in peers]
+        return [[entry for index in sorted(group) for entry in counted[index]] for group in groups] or [[]]
 
     # ------------------------------------------------------------ changing it
 
@@ -208,15 +283,19 @@ class Ledger:
         check_charge(entry)
         with self._locked():
             earlier = self.releases()
-            total = composed([*earlier, entry], delta)
+            groups = self.shared_releases()
+            total = max(composed([*shared, *earlier, entry], delta) for shared in groups)
             if total <= budget:
                 self._append([entry])
         if total > budget:
+            before = max(composed([*shared, *earlier], delta) for shared in groups)
+            elsewhere = max(len(shared) for shared in groups)
+            also = f" and {elsewhere} releases of other ledgers of the same people" if elsewhere else ""
             raise PrivacyBudgetError(
                 BudgetReason.ANSWER_REFUSED,
                 f"answering round {charge.round} ({charge.kind}) of federation {federation} would spend epsilon "
                 f"{total:.3g} at delta {delta:g}, past this institution's budget of {budget:g} for this data; spent "
-                f"so far: epsilon {composed(earlier, delta):.3g} on {spent_on(earlier)} (kept in {self.path}); only a "
+                f"so far: epsilon {before:.3g} on {spent_on(earlier)}{also} (kept in {self.path}); only a "
                 "larger [privacy] budget in a new plan (and in this institution's own [privacy] budget_epsilon, "
                 "where set) lets it answer more",
             )
@@ -246,17 +325,23 @@ class Ledger:
     def reset(self, reason: str) -> float:
         """The operator's reset: append an entry that ends the spend so far; return the epsilon it had.
 
-        The entries before it stay (and stay chained): the reset is on the record, with its reason and time.
+        The entries before it stay (and stay chained): the reset is on the record, with its reason and time. It
+        ends what the other ledgers of its people charged so far too (they are taken to be other people), noting
+        each one's entry count; what they charge later counts here again.
         """
         reason = reason.strip()
         if not reason or len(reason) > MAX_TEXT:
             raise ConfigError(f"a ledger reset needs a reason of 1 to {MAX_TEXT} characters, e.g. --reason 'new data'")
         with self._locked():
-            releases = self.releases()
+            releases = [*self.releases(), *(entry for shared in self.shared_releases() for entry in shared)]
             delta = max((float(entry["delta"]) for entry in releases), default=1e-5)  # type: ignore[arg-type]
-            spent = composed(releases, delta)
+            spent = self.spent(delta)
             at = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
-            self._append([{"kind": RESET, "reason": reason, "at": at, "spent": spent}])
+            entry: Entry = {"kind": RESET, "reason": reason, "at": at, "spent": spent}
+            peers = self.peers()
+            if peers:
+                entry["shared"] = {peer.lineage: len(peer.entries) for peer in peers}
+            self._append([entry])
         return spent
 
     def take_over(self, former: Ledger) -> int:
@@ -324,7 +409,7 @@ class Ledger:
         if self.on_write is not None:
             self.on_write(self)
 
-    def _load(self) -> bool:
+    def _load(self, *, refuse_copy: bool = True) -> bool:
         """Read the file; whether it was moved from its home (and so is to be written with its new one)."""
         document = read_json(self.path, _FIX)
         where = f"privacy ledger {self.path}"
@@ -353,7 +438,7 @@ class Ledger:
                 raise ConfigError(f"{where}: its lineage, home or formerly is not of its type; {_FIX}")
             self.lineage, self.formerly = lineage, formerly
             moved = not _same_file(Path(home), self.path)
-            if moved and _holds_lineage(Path(home), lineage):
+            if moved and refuse_copy and _holds_lineage(Path(home), lineage):
                 raise ConfigError(
                     f"{where} is a copy of the ledger at {home} (lineage {lineage[:12]}...): each copy could spend "
                     f"the budget on its own. Keep one: charge the one at {home} (point FEDFAIR_LEDGER_DIR at its "

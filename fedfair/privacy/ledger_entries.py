@@ -34,6 +34,9 @@ OPTIONAL_KEYS = frozenset(("prev", "rounding"))
 """Keys a charge may lack: the chain's link before it is appended, and the rounding a release averages over (only
 when charged in expectation, :attr:`fedfair.privacy.distributed.Release.rounding`)."""
 RESET_KEYS = frozenset(("kind", "reason", "at", "spent", "prev"))
+RESET_OPTIONAL_KEYS = frozenset(("shared",))
+"""A reset may name the other ledgers of the same people it ends the spend of: their lineage and how many entries
+each held then (:mod:`fedfair.privacy.ledger_people`); what they charge later counts again."""
 
 Entry = dict[str, object]
 
@@ -133,8 +136,15 @@ def check_charge(entry: Mapping[str, object]) -> None:
 
 def check_reset(entry: Mapping[str, object]) -> None:
     """A reset entry: its reason, its time and the spend it ended; raises ValueError naming what is wrong."""
-    if set(entry) != RESET_KEYS:
-        raise ValueError(keys_problem(entry, RESET_KEYS))
+    expected = RESET_KEYS | (RESET_OPTIONAL_KEYS & set(entry))
+    if set(entry) != expected:
+        raise ValueError(keys_problem(entry, expected))
+    shared = entry.get("shared", {})
+    counts = shared.values() if isinstance(shared, dict) else [None]
+    if not all(
+        isinstance(count, int) and not isinstance(count, bool) and 0 <= count <= MAX_JSON_INTEGER for count in counts
+    ):
+        raise ValueError(f"shared = {shared!r} is not an object of ledger lineage: entry count")
     _text(entry, "reason")
     try:
         dt.datetime.fromisoformat(_text(entry, "at"))

@@ -4,7 +4,8 @@ An institution's ledgers live outside any site's folder (``$FEDFAIR_LEDGER_DIR``
 named by site and data digest: a moved or copied folder, or a re-exported table, opens the same ledger, and copies
 of a folder on one machine share it. Beside its config a site keeps a link (``NAME.ledger-link.json``: lineage,
 generation, head of the ledger it last charged); a ledger that is missing, another, rolled back or diverged
-from it, or a table whose rows changed, is refused naming the fix (starting again is the operator's reset).
+from it, or a table that shares no row with the one it charged, is refused naming the fix (starting again is the
+operator's reset). A table that changed but shares people continues (:mod:`fedfair.privacy.ledger_people`).
 
 Why: docs/design.md, "Inside the privacy library"; the threat model: docs/security.md.
 """
@@ -99,24 +100,31 @@ def write_link(path: Path, ledger: Ledger) -> None:
 def check_link(link: Link, ledger: Ledger, where: Path) -> None:
     """Refuse `ledger` unless it continues what the site's folder (`where`, its link) last charged.
 
+    When the table changed since, the ledger the folder charged must be one of `ledger`'s people
+    (:meth:`Ledger.peers`), and is the one checked.
+
     Raises:
-        ConfigError: the data changed, or the ledger is missing, another lineage, rolled back or diverged.
+        ConfigError: the table shares no rows with the one charged, or the ledger charged is missing, another
+            lineage, rolled back or diverged.
     """
     if link.count == 0:
         return  # nothing charged from this folder yet
     said = f"{where} notes {link.count} entries charged to the ledger {link.ledger} (lineage {link.lineage[:12]}...)"
+    charged = ledger.path.with_name(Path(link.ledger).name)
+    if not charged.is_file():
+        raise ConfigError(
+            f"{said}, but there is none at {charged}: its ledger folder moved or is another. Point "
+            f"{LEDGER_DIR_VARIABLE} at the folder that holds it, or move it to {charged.parent}; {_RESET_FIX}"
+        )
     if link.data != data_digest(ledger.identity):
-        raise ConfigError(
-            f"{said} for other rows than [data] names now ({ledger.identity}): the table changed since this site "
-            "last charged, and its rows' ledger would start at epsilon 0. Put the table back as it was; or, if "
-            "these are new records, start their ledger on purpose: `fedfair collaborator reset-ledger --config "
-            'FILE --reason "..." --confirm` (kept in the ledger; the old spend stays in the old ledger)'
-        )
-    if not ledger.found:
-        raise ConfigError(
-            f"{said}, but there is none at {ledger.path}: its ledger folder moved or is another. Point "
-            f"{LEDGER_DIR_VARIABLE} at the folder that holds it, or move it to {ledger.path.parent}; {_RESET_FIX}"
-        )
+        if not any(peer.file == charged.name for peer in ledger.peers()):
+            raise ConfigError(
+                f"{said} for a table that shares no row with the one [data] names now ({ledger.identity}): if these "
+                "are other people, start their ledger on purpose: `fedfair collaborator reset-ledger --config FILE "
+                '--reason "..." --confirm` (kept in the ledger; the old spend stays in the old ledger); else put the '
+                "table back as it was"
+            )
+        ledger = Ledger.read(charged)
     if ledger.lineage != link.lineage:
         raise ConfigError(
             f"{said}, but {ledger.path} is another ledger (lineage {ledger.lineage[:12]}...): it was replaced. "

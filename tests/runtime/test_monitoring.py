@@ -174,6 +174,7 @@ def test_a_finished_party_serves_until_scraped_once_more(folder: Path) -> None:
 
 def test_a_sites_endpoint_states_its_accountants_epsilon_and_its_budget(tmp_path: Path) -> None:
     from fedfair.privacy.accounting import PrivacyAccountant, privacy_state_path
+    from fedfair.privacy.ledger_home import ledger_folder
 
     workspace = new_workspace(tmp_path, NAMES[:2])
     path = workspace.configs["site-a"]
@@ -184,7 +185,9 @@ def test_a_sites_endpoint_states_its_accountants_epsilon_and_its_budget(tmp_path
     registry.register(collector)
     assert not any(key[0] == "fedfair_site_epsilon_spent" for key in samples(generate_latest(registry).decode()))
     identity = data_identity(config.data)
-    accountant = PrivacyAccountant(privacy_state_path(path.parent, "site-a", identity), federation="f", data=identity)
+    accountant = PrivacyAccountant(
+        privacy_state_path(ledger_folder(), "site-a", identity), federation="f", data=identity
+    )
     accountant.spend(1.1, 0.01, 20)
     scraped = samples(generate_latest(registry).decode())
     spent = scraped["fedfair_site_epsilon_spent", (("accounting", "dp_sgd"), ("site", "site-a"))]

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from fedfair.privacy.accounting import PrivacyAccountant, privacy_state_path
+from fedfair.privacy.ledger_home import ledger_folder
 from fedfair.runtime.output_folder import FINAL_SUMMARY_NAME
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.observe.events import read_events
@@ -148,7 +149,7 @@ def test_prometheus_scrapes_the_rounds_a_named_dropout_and_a_sites_epsilon(
     assert dropped == 1, log
     config = load_collaborator_config(site)
     identity = data_identity(config.data)
-    spent = PrivacyAccountant(privacy_state_path(site.parent, "site-a", identity), data=identity).epsilon(
+    spent = PrivacyAccountant(privacy_state_path(ledger_folder(), "site-a", identity), data=identity).epsilon(
         config.privacy.delta, config.privacy.accountant
     )
     shared = [event["epsilon"] for event in read_events(workspace.output) if event["event"] == "round"][-1]

@@ -46,6 +46,7 @@ from fedfair.runtime.collaborator.client import (
     model_digest,
 )
 from fedfair.privacy.ledger import data_digest
+from fedfair.privacy.ledger_home import ledger_folder
 from fedfair.runtime.collaborator.charges import data_identity
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.retries import (
@@ -454,8 +455,8 @@ def test_privacy_plugs_into_the_collaborators_hook(tmp_path: Path) -> None:
     assert isinstance(trainer, PrivateLearner)
     update = trainer.train_round(initial_state(load_aggregator_plan(workspace.plan)).theta, 5.0)
     assert np.isfinite(update.weighted_vector().numpy()).all()
-    # The accountant persists beside the config, one history per dataset.
-    assert (config_path.parent / f"site-b.{data_digest(data_identity(config.data))[:16]}.privacy.json").exists()
+    # The accountant persists beside the data's ledger, in the institution's ledger folder, one history per dataset.
+    assert (ledger_folder() / f"site-b.{data_digest(data_identity(config.data))[:16]}.privacy.json").exists()
 
 
 def test_grpc_codes_are_explained(tmp_path: Path) -> None:

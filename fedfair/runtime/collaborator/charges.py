@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fedfair.privacy.distributed import Release
-from fedfair.privacy.ledger import RESET, Charge, Ledger, ledger_path
+from fedfair.privacy.ledger import RESET, Charge, Ledger, data_digest, ledger_path
 from fedfair.privacy.ledger_home import (
     check_link,
     former_ledgers,
@@ -34,9 +34,10 @@ from fedfair.privacy.ledger_home import (
     take_over_former,
     write_link,
 )
+from fedfair.privacy.ledger_people import keep_rows, know_people
 from fedfair.runtime.collaborator.config import CollaboratorConfig, DataSettings
 from fedfair.runtime.collaborator.input_record import InputRecord, fold_records
-from fedfair.runtime.collaborator.table_fingerprint import TABLE_KEY, table_fingerprint, was_same_data
+from fedfair.runtime.collaborator.table_fingerprint import TABLE_KEY, table_fingerprint, table_rows, was_same_data
 from fedfair.runtime.composition_counts import CompositionColumn
 from fedfair.runtime.observe.logs import per_round
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
@@ -201,19 +202,27 @@ def data_identity(data: DataSettings) -> dict[str, object]:
 
 
 def open_ledger(config: CollaboratorConfig, *, starting_over: bool = False) -> Ledger:
-    """This institution's ledger for its [data], from its ledger folder, checked against what this folder charged.
+    """Check this institution's table against its ledgers; the one way to open a site's ledger.
 
-    Ledgers of before beside the config (keyed by the table's path) and older per-federation records are taken
-    over first. `starting_over` (the operator's reset, which the caller then records in the ledger) skips the
-    check against this folder's link (:func:`~fedfair.privacy.ledger_home.check_link`).
+    Returns the ledger of its [data], which counts every other ledger of the same people, checked against what this
+    folder charged.
+
+    The ledger is the table's own (its rows' fingerprint) in the institution's ledger folder; it counts the spend
+    of every ledger there whose table shares rows with it (:mod:`fedfair.privacy.ledger_people`), whichever site
+    name charged it. Ledgers of before beside the config (keyed by the table's path) and older per-federation
+    records are taken over first. `starting_over` (the operator's reset, which the caller then records in the
+    ledger) skips the check against this folder's link (:func:`~fedfair.privacy.ledger_home.check_link`).
 
     Raises:
-        ConfigError: the ledger or a record is damaged or edited, a copy of a ledger still at its home, or not the
-            one this folder charged (naming the file and the fix).
+        ConfigError: the table cannot be read; the ledger, a ledger of the same people or a record is damaged or
+            edited, a copy of a ledger still at its home, or not the one this folder charged; or the table shares
+            no row with the one this folder charged (naming the file and the fix).
     """
     folder = config.source.parent
     identity = data_identity(config.data)
     ledger = Ledger(ledger_path(ledger_folder(), config.name, identity), config.name, identity)
+    if config.data.csv is not None:
+        know_people(ledger, table_rows(config.data.csv))
     for former in former_ledgers(folder, config.name):
         if former.resolve() == ledger.path.resolve():
             continue  # the ledger folder is this config's folder
@@ -240,8 +249,11 @@ def open_ledger(config: CollaboratorConfig, *, starting_over: bool = False) -> L
             federation,
             ledger.path,
         )
-    if not starting_over and (known is None or known.count != ledger.count_all):
-        write_link(link, ledger)  # this folder now knows the ledger as it found it (another copy may have charged)
+    # This folder now knows the ledger as it found it (another copy may have charged); a folder whose table changed
+    # keeps its link to the ledger it charged until the new table's charges.
+    same_table = known is not None and known.data == data_digest(identity)
+    if not starting_over and (known is None or (same_table and known.count != ledger.count_all)):
+        write_link(link, ledger)
     return ledger
 
 
@@ -258,10 +270,19 @@ def describe_ledger(ledger: Ledger, delta: float | None = None) -> str:
     if resets:
         last = resets[-1]
         lines.append(f"  reset {len(resets)} time(s) by its operator, last at {last['at']}: {last['reason']}")
-    if not releases:
+    lines += [
+        f"  {peer.rows} of its rows are in {peer.file}: what that ledger charged counts here (the same people)"
+        for peer in ledger.peers()
+    ]
+    shared = [entry for group in ledger.shared_releases() for entry in group]
+    if not releases and not shared:
         return "\n".join([*lines, "  no noised input charged (epsilon 0)"])
-    at = delta if delta is not None else max(float(entry["delta"]) for entry in releases)  # type: ignore[arg-type]
-    lines.append(f"  epsilon {ledger.spent(at):.4g} spent at delta {at:g} over every federation, composed by RDP")
+    charged = releases or shared
+    at = delta if delta is not None else max(float(entry["delta"]) for entry in charged)  # type: ignore[arg-type]
+    lines.append(
+        f"  epsilon {ledger.spent(at):.4g} spent at delta {at:g} over every federation and every ledger of these "
+        "people (its most charged row), composed by RDP"
+    )
     for federation in sorted({str(entry["federation"]) for entry in releases}):
         own = [entry for entry in releases if entry["federation"] == federation]
         lines.append(f"  federation {federation}: epsilon {ledger.spent(at, federation):.4g} alone")
@@ -277,19 +298,24 @@ def describe_ledger(ledger: Ledger, delta: float | None = None) -> str:
 
 
 def describe_accountant(config: CollaboratorConfig, delta: float | None = None) -> str | None:
-    """This institution's own DP-SGD spend on its [data] for a person (local DP), or None if it never used it.
+    """This institution's own DP-SGD spend on its [data]'s people for a person (local DP), or None if none.
 
-    Files of before (one per federation) are folded in first, as a collaborator would. Epsilon is at `delta`,
-    by default its [privacy] delta.
+    Files of before (beside the config) are taken over and folded in first, as a collaborator would. Epsilon is
+    at `delta`, by default its [privacy] delta.
     """
-    folder = config.source.parent
-    if not any(folder.glob(f"{config.name}.*privacy.json")):
-        return None
+    beside = any(config.source.parent.glob(f"{config.name}.*privacy.json"))
+    if not beside and not any(ledger_folder().glob("*.privacy.json")):
+        return None  # no DP-SGD anywhere at this institution: Opacus is not loaded
     accountant, _ = open_site_accountant(config, "")
+    shared = accountant.shared() if accountant.shared is not None else [[]]
+    elsewhere = max(sum(steps for _, _, steps in group) for group in shared)
+    if not accountant.history and not elsewhere:
+        return None
     at = config.privacy.delta if delta is None else delta
+    also = f" and {elsewhere} steps on other tables of the same people" if elsewhere else ""
     lines = [
         f"{accountant.path}: DP-SGD on this data (local), epsilon {accountant.epsilon(at):.4g} at delta {at:g} over "
-        f"{accountant.steps} steps, composed by PRV"
+        f"{accountant.steps} steps{also}, composed by PRV"
     ]
     lines += [
         f"  federation {federation}: {rounds} rounds" for federation, rounds in accountant.rounds_by_federation.items()
@@ -298,17 +324,26 @@ def describe_accountant(config: CollaboratorConfig, delta: float | None = None) 
 
 
 def open_site_accountant(config: CollaboratorConfig, federation: str) -> tuple[PrivacyAccountant, list[str]]:
-    """This institution's DP-SGD accountant of its [data] beside its config, charging for `federation`.
+    """This institution's DP-SGD accountant of its [data]'s people, charging for `federation`.
 
-    As :func:`~fedfair.privacy.accounting.open_accountant` (which folds in per-federation files of before), after
-    taking over an accountant keyed by the table's path: its history moves to the rows' key, and the file of
-    before is set aside as ``FILE.taken-over``. Returns the accountant and the federations folded in now.
+    Kept beside the data's ledger in the institution's ledger folder (``NAME.DATA.privacy.json``), so that any
+    folder of the same rows continues it, and counting the other accountants there of the same people
+    (:func:`~fedfair.privacy.accounting.shared_histories`). An accountant beside the config, keyed by the rows
+    or by the table's path, is taken over first (set aside as ``FILE.taken-over``); per-federation files of before
+    are folded in (:func:`~fedfair.privacy.accounting.open_accountant`). Returns the accountant and the federations
+    folded in now.
     """
     # Opacus (and scipy) come in only for an institution that uses DP-SGD.
-    from fedfair.privacy.accounting import STATE_VERSION, PrivacyAccountant, open_accountant, privacy_state_path
+    from fedfair.privacy.accounting import (
+        STATE_VERSION,
+        PrivacyAccountant,
+        open_accountant,
+        privacy_state_path,
+        shared_histories,
+    )
 
-    folder, identity = config.source.parent, data_identity(config.data)
-    target = privacy_state_path(folder, config.name, identity)
+    folder, identity, kept_in = config.source.parent, data_identity(config.data), ledger_folder()
+    target = privacy_state_path(kept_in, config.name, identity)
     for path in [] if target.exists() else sorted(folder.glob(f"{config.name}.*.privacy.json")):
         try:
             document = json.loads(path.read_bytes())
@@ -317,13 +352,23 @@ def open_site_accountant(config: CollaboratorConfig, federation: str) -> tuple[P
         former = (
             document.get("data") if isinstance(document, dict) and document.get("version") == STATE_VERSION else None
         )
-        if isinstance(former, dict) and "csv" in former and was_same_data(former, identity):
+        if isinstance(former, dict) and (former == identity or ("csv" in former and was_same_data(former, identity))):
             kept = PrivacyAccountant(path, data=former)  # its digest checked
             kept.data, kept.path = identity, target
-            kept._save(target)  # the one place a history changes its key
+            kept_in.mkdir(parents=True, exist_ok=True)
+            kept._save(target)  # the one place a history changes its place or key
             path.rename(path.with_name(f"{path.name}.taken-over"))
             logger.warning(
-                "%s: DP-SGD history %s kept by the table's path now continues in %s", config.name, path, target
+                "%s: DP-SGD history %s now continues in %s, beside the ledger of this data's people",
+                config.name,
+                path,
+                target,
             )
             break
-    return open_accountant(folder, config.name, identity, federation)
+    accountant, folded = open_accountant(folder, config.name, identity, federation, kept_in=kept_in)
+    if config.data.csv is not None:
+        digests, key = keep_rows(ledger_path(kept_in, config.name, identity), table_rows(config.data.csv))
+        accountant.shared = functools.partial(
+            shared_histories, ledger_path(kept_in, config.name, identity), digests, key
+        )
+    return accountant, folded

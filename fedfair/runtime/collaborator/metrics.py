@@ -1,9 +1,9 @@
 """A collaborator's own Prometheus metrics: the privacy its data has spent, from its ledger and accountant.
 
-:class:`SiteCollector` reads, at each scrape, the files the collaborator already keeps beside its
-config: the DP-SGD accountant (``NAME.DATA.privacy.json``, local DP) and the ledger of noised secure-sum
-inputs (``NAME.DATA.ledger.json``). Its epsilon is the one the collaborator itself checks its budget
-against (and shares, with share_epsilon). :data:`FAMILIES` names every family; docs/operations.md lists them.
+:class:`SiteCollector` reads, at each scrape, the files the collaborator already keeps in the institution's
+ledger folder: the DP-SGD accountant (``NAME.DATA.privacy.json``, local DP) and the ledger of noised secure-sum
+inputs (``NAME.DATA.ledger.json``, with the other ledgers of the same people). Its epsilon is the one the
+collaborator itself checks its budget against (and shares, with share_epsilon). :data:`FAMILIES` names every family; docs/operations.md lists them.
 
 Why: docs/operations.md, "Monitoring".
 """
@@ -18,7 +18,9 @@ from typing import Any
 from fedfair.core.errors import ConfigError
 from fedfair.privacy.ledger import Ledger, ledger_path
 from fedfair.privacy.ledger_home import ledger_folder
+from fedfair.privacy.ledger_people import know_people
 from fedfair.runtime.collaborator.charges import data_identity
+from fedfair.runtime.collaborator.table_fingerprint import table_rows
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.observe.endpoint import Endpoint, serve_monitoring
 
@@ -46,10 +48,10 @@ class SiteCollector:
 
     def __init__(self, config: CollaboratorConfig) -> None:
         self.config = config
-        folder, identity = config.source.parent, data_identity(config.data)
+        identity = data_identity(config.data)
         from fedfair.privacy.accounting import privacy_state_path  # Opacus: only for a site that serves metrics
 
-        self.accountant_path = privacy_state_path(folder, config.name, identity)
+        self.accountant_path = privacy_state_path(ledger_folder(), config.name, identity)
         self.ledger_path = ledger_path(ledger_folder(), config.name, identity)
         self._identity = identity
         self._cached: tuple[float, float, int] | None = None
@@ -92,6 +94,8 @@ class SiteCollector:
         try:
             local = self._dp_sgd()
             ledger = Ledger(self.ledger_path, self.config.name, self._identity) if self.ledger_path.is_file() else None
+            if ledger is not None and self.config.data.csv is not None:
+                know_people(ledger, table_rows(self.config.data.csv))
         except (ConfigError, OSError, ValueError) as error:
             logger.warning("%s: the privacy metrics are left out: %s", self.config.name, error)
             return

@@ -3,8 +3,9 @@
 A SHA-256 over the rows as the collaborator reads them (:func:`fedfair.datasets.tabular.read_table`), with the
 columns in name order, a missing cell empty, a cell that reads as a finite number as its float (1, 1.0, "1.00"
 alike), other text stripped, and the rows sorted. A file moved, copied, converted between CSV and Parquet or
-re-sorted is the same table; a row added, removed or corrected, or a column renamed, is other data, whose ledger
-a site's folder starts only on its operator's reset. [data] recode does not count: it renames values, not people.
+re-sorted is the same table; a row added, removed or corrected, or a column renamed, is another table, with a
+ledger of its own that continues the spend of the ledgers it shares rows with (:mod:`fedfair.privacy.ledger_people`,
+matched on :func:`table_rows`). [data] recode does not count: it renames values, not people.
 
 Why: docs/security.md, "The privacy ledger".
 """
@@ -25,8 +26,8 @@ from fedfair.datasets.tabular import read_table
 TABLE_KEY = "table_rows_sha256"
 """The key of a table's fingerprint in a ledger's data identity."""
 
-_SEEN: dict[tuple[str, int, int], str] = {}
-"""Fingerprints already computed, by (resolved path, mtime in ns, size): a site opens its ledger several times."""
+_SEEN: dict[tuple[str, int, int], tuple[str, list[str]]] = {}
+"""Fingerprints and rows already computed, by (resolved path, mtime in ns, size): a site opens its ledger often."""
 
 
 def table_fingerprint(path: Path) -> str:
@@ -35,6 +36,19 @@ def table_fingerprint(path: Path) -> str:
     Raises:
         ConfigError: the table cannot be read, naming the file.
     """
+    return _read(path)[0]
+
+
+def table_rows(path: Path) -> list[str]:
+    """The table at `path`'s canonical rows, sorted (duplicates kept): what its people are matched on.
+
+    Raises:
+        ConfigError: the table cannot be read, naming the file.
+    """
+    return _read(path)[1]
+
+
+def _read(path: Path) -> tuple[str, list[str]]:
     try:
         status = path.stat()
     except OSError:
@@ -45,7 +59,7 @@ def table_fingerprint(path: Path) -> str:
     return _SEEN[key]
 
 
-def _fingerprint(table: pd.DataFrame) -> str:
+def _fingerprint(table: pd.DataFrame) -> tuple[str, list[str]]:
     names = [str(name).strip() for name in table.columns]
     order = sorted(range(len(names)), key=lambda index: names[index])
     cells = [_canonical(table.iloc[:, index]) for index in order]
@@ -53,7 +67,7 @@ def _fingerprint(table: pd.DataFrame) -> str:
     digest = hashlib.sha256("\x1e".join(names[index] for index in order).encode())
     for row in rows:
         digest.update(b"\n" + row.encode())
-    return digest.hexdigest()
+    return digest.hexdigest(), rows
 
 
 def _canonical(column: pd.Series) -> list[str]:

@@ -1,0 +1,180 @@
+"""Which of an institution's ledgers are of the same people: keyed digests of each table's rows, matched on overlap.
+
+A ledger is of one exact table (:func:`fedfair.privacy.ledger.ledger_path`), but its people outlive the table: a
+re-export with a row added, removed, duplicated or corrected, or the same table under another site name, is mostly
+the same people. Beside each ledger of a table its folder keeps ``NAME.DATA.rows``: one keyed digest per distinct
+row (64 bits of BLAKE2b keyed by the folder's ``people.key``, 32 bytes from the OS's CSPRNG drawn once), never a
+row itself. A ledger's spend then counts every other ledger in the folder that holds some of its rows: each row is
+charged the composition over every ledger it belongs to, and the ledger's epsilon is its most charged row's
+(:meth:`fedfair.privacy.ledger.Ledger.spent`). Only the operator's reset says a table is new people. Two people
+with identical rows are matched too: that over-counts, never under-counts.
+
+Why: docs/security.md, "One budget per dataset".
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from fedfair.core.errors import ConfigError
+from fedfair.core.files import atomic_write
+from fedfair.privacy.ledger import Ledger, People, Peer
+
+KEY_FILE = "people.key"
+"""The folder's key of its row digests: without it no digest can be matched to a row, nor computed again."""
+
+KEY_BYTES = 32
+ROWS_FORMAT = b"fedfair-rows 1 "
+"""A rows file: this, the key's id (16 hex digits) and a newline, then the sorted digests, 8 bytes each."""
+
+_KEY_FIX = (
+    f"put back the {KEY_FILE} this folder's ledgers were made with (from a backup of the ledger folder); without "
+    "it no table can be matched to the people these ledgers charged"
+)
+
+
+def people_key(folder: Path) -> bytes:
+    """The folder's key of row digests, drawn from the OS's CSPRNG the first time (readable by its owner only).
+
+    Raises:
+        ConfigError: the key file is not a key, naming it and the fix.
+    """
+    path = folder / KEY_FILE
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        drawn = folder / f".{KEY_FILE}.{os.getpid()}"
+        descriptor = os.open(drawn, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "wb") as stream:
+            stream.write(os.urandom(KEY_BYTES))
+        try:
+            os.link(drawn, path)  # whole or not at all; a key another process linked first is the one kept
+        except FileExistsError:
+            pass
+        finally:
+            drawn.unlink()
+    key = path.read_bytes()
+    if len(key) != KEY_BYTES:
+        raise ConfigError(f"{path} holds {len(key)} bytes, not a {KEY_BYTES}-byte key; {_KEY_FIX}")
+    return key
+
+
+def key_id(key: bytes) -> str:
+    """16 hex digits that name `key` (a rows file made with another key cannot be matched)."""
+    return hashlib.sha256(b"fedfair people key " + key).hexdigest()[:16]
+
+
+def row_digests(rows: Iterable[str], key: bytes) -> np.ndarray:
+    """The sorted distinct keyed digests (uint64) of `rows`, each a table's canonical row."""
+    digests = np.fromiter(
+        (int.from_bytes(hashlib.blake2b(row.encode(), digest_size=8, key=key).digest(), "little") for row in rows),
+        dtype=np.uint64,
+    )
+    return np.unique(digests)
+
+
+def rows_path(ledger: Path) -> Path:
+    """Where the row digests of the ledger at `ledger` (``NAME.DATA.ledger.json``) are kept: ``NAME.DATA.rows``."""
+    return ledger.with_name(ledger.name.removesuffix(".ledger.json") + ".rows")
+
+
+def write_rows(path: Path, digests: np.ndarray, key: bytes) -> None:
+    """Keep `digests` (sorted, distinct) at `path`, atomically."""
+    payload = ROWS_FORMAT + key_id(key).encode() + b"\n" + digests.astype("<u8").tobytes()
+    atomic_write(path, lambda stream: stream.write(payload))
+
+
+def read_rows(path: Path, key: bytes) -> np.ndarray:
+    """The sorted row digests kept at `path`.
+
+    Raises:
+        ConfigError: the file is damaged, or made with another key, naming it and the fix.
+    """
+    data = path.read_bytes()
+    head, _, body = data.partition(b"\n")
+    if not head.startswith(ROWS_FORMAT) or len(body) % 8:
+        raise ConfigError(
+            f"{path} is not a fedfair rows file (the digests of a ledger's rows); restore it from a backup of the "
+            "ledger folder, or delete it and open that ledger's table again (`fedfair collaborator ledger`)"
+        )
+    if head.removeprefix(ROWS_FORMAT).decode(errors="replace") != key_id(key):
+        raise ConfigError(f"{path} was made with another {KEY_FILE} than {path.parent / KEY_FILE}; {_KEY_FIX}")
+    return np.frombuffer(body, dtype="<u8").astype(np.uint64)
+
+
+def overlaps(own: Path, digests: np.ndarray, key: bytes) -> Iterator[tuple[Path, np.ndarray]]:
+    """Each other rows file in `own`'s folder (`own`: a ledger's path) that holds some of `digests`, with which.
+
+    Yields the rows file and, for each of `digests`, whether it is there.
+
+    Raises:
+        ConfigError: a rows file of the folder is damaged or of another key, naming it and the fix.
+    """
+    mine = rows_path(own)
+    for path in sorted(own.parent.glob("*.rows")):
+        if path == mine:
+            continue
+        inside = np.isin(digests, read_rows(path, key), assume_unique=True)
+        if inside.any():
+            yield path, inside
+
+
+def groups(memberships: list[np.ndarray]) -> list[frozenset[int]]:
+    """The distinct sets of others (by index) the rows belong to, from each other's membership of every row."""
+    if not memberships:
+        return [frozenset()]
+    patterns = np.unique(np.stack(memberships, axis=1), axis=0)
+    return [frozenset(int(index) for index in np.flatnonzero(pattern)) for pattern in patterns]
+
+
+def sharing(own: Path, digests: np.ndarray, key: bytes) -> People:
+    """The other ledgers in `own`'s folder that hold some of `digests` (its rows), and its rows' groups among them.
+
+    Each group is the set of those ledgers (by index) that one or more of its rows belong to; rows in none make the
+    empty group. A rows file whose ledger charged nothing yet (there is none) is skipped.
+
+    Raises:
+        ConfigError: a rows file or ledger of the folder is damaged or of another key, naming it and the fix.
+    """
+    peers: list[Peer] = []
+    memberships: list[np.ndarray] = []
+    for path, inside in overlaps(own, digests, key):
+        ledger_file = path.with_name(path.name.removesuffix(".rows") + ".ledger.json")
+        if not ledger_file.is_file():
+            continue
+        ledger = Ledger.read(ledger_file)
+        peers.append(Peer(ledger.lineage, ledger_file.name, tuple(ledger.entries()), int(inside.sum())))
+        memberships.append(inside)
+    return peers, groups(memberships)
+
+
+def keep_rows(ledger: Path, rows: Iterable[str]) -> tuple[np.ndarray, bytes]:
+    """The digests of `rows` (a table's canonical rows) under the folder's key, and the key; kept the first time.
+
+    Kept beside `ledger` (the path of that table's ledger, whether or not it exists yet), so that any later table
+    of the same people finds them, whether or not this one ever charges.
+
+    Raises:
+        ConfigError: the folder's key is not a key, naming it and the fix.
+    """
+    key = people_key(ledger.parent)
+    digests = row_digests(rows, key)
+    kept = rows_path(ledger)
+    if not kept.exists():
+        write_rows(kept, digests, key)
+    return digests, key
+
+
+def know_people(ledger: Ledger, rows: Iterable[str]) -> None:
+    """Let `ledger` count the other ledgers of its people (:func:`sharing`, at each use); `rows`: its table's rows.
+
+    Raises:
+        ConfigError: the folder's key is not a key, naming it and the fix.
+    """
+    digests, key = keep_rows(ledger.path, rows)
+    ledger.people = functools.partial(sharing, ledger.path, digests, key)
