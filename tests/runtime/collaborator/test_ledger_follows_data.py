@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 from fedfair.cli import main as cli_main
+from fedfair.core.errors import PrivacyBudgetError
 from fedfair.privacy import distributed
 from fedfair.privacy.ledger import Charge, Ledger, data_digest, ledger_path
 from fedfair.runtime.collaborator.charges import data_identity, open_ledger
@@ -206,8 +207,14 @@ def test_a_re_export_of_the_same_people_into_a_fresh_folder_continues_the_spend(
     for name, (site_name, rows) in exports.items():
         config = _export(tmp_path / name, site_name, rows)
         assert f"epsilon {ONE:.4g} spent" in _shown(config, capsys), name
+    # The budget is checked over the people's spend: a budget below two releases refuses the re-export's first.
+    again = _export(tmp_path / "again", "site-a", pd.concat([table, newcomer]))
+    with pytest.raises(PrivacyBudgetError, match=r"and 1 releases of other ledgers of the same people"):
+        open_ledger(load_collaborator_config(again)).charge(
+            "fed-two", Charge("evaluate", 1, "m", RELEASE, DELTA), TWO * 0.99
+        )
     # A charge of the re-export counts for the people it shares: the first folder now shows both.
-    _charge(_export(tmp_path / "again", "site-a", pd.concat([table, newcomer])), 1)
+    _charge(again, 1)
     assert f"epsilon {TWO:.4g} spent" in _shown(site, capsys)
 
 
