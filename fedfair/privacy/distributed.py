@@ -26,8 +26,8 @@ from fedfair.privacy.rounding import delta_addon, expected_rounding_rdp
 ORDERS: tuple[int, ...] = (*range(2, 65), 72, 80, 96, 112, 128, 160, 192, 256)
 """Integer Renyi orders alpha the accountant evaluates (subsampling's bound needs integers)."""
 
-MECHANISMS = ("skellam",)
-"""Mechanisms a :class:`Release` may name."""
+MECHANISMS = ("skellam", "gaussian")
+"""Mechanisms a :class:`Release` may name: "gaussian" is a site's own DP-SGD step (:func:`gaussian_release`)."""
 
 AMPLIFICATIONS = ("steinke", "zhu_wang")
 """Bounds for Poisson subsampling (:func:`subsampled_rdp`)."""
@@ -54,7 +54,9 @@ it without knowing how many there are."""
 class Release:
     """One kind of message a party contributes to, charged to its budget.
 
-    mechanism: "skellam" (noise added inside the secure sum).
+    mechanism: "skellam" (noise added inside the secure sum), or "gaussian" (a site's own DP-SGD: Gaussian noise of
+        variance 2 mu on a query that one record moves by l2 in L2, l1 = 0; its RDP is Skellam's bound at l1 = 0,
+        alpha l2^2 / (4 mu), exactly the Gaussian's).
     mu: the Skellam parameter of the noise in the decoded sum per coordinate (variance 2 mu), counting
         only the honest parties the plan guarantees (:func:`party_mu`); encoded units.
     l1, l2: how far one record moves the integer sum, in L1 and L2 norm (after rounding:
@@ -93,6 +95,22 @@ class Release:
             raise ConfigError(f"unknown amplification {self.amplification!r}; use one of {', '.join(AMPLIFICATIONS)}")
         if isinstance(self.rounding, bool) or not isinstance(self.rounding, int) or self.rounding < 0:
             raise ConfigError(f"rounding={self.rounding!r} must be a count of coordinates >= 0")
+        if self.mechanism == "gaussian" and (self.l1 != 0.0 or self.rounding):
+            raise ConfigError("a gaussian release has no integer rounding: l1 and rounding must be 0")
+
+
+def gaussian_release(noise_multiplier: float, sampling_rate: float, steps: int) -> Release:
+    """`steps` DP-SGD steps of noise multiplier sigma > 0 on a Poisson sample of rate q, as a :class:`Release`.
+
+    Clip 1 and noise std sigma: l2 = 1, variance 2 mu = sigma^2. At every integer order its subsampled RDP
+    (:func:`subsampled_rdp`, Steinke's bound) is the sampled Gaussian's exactly (Mironov, Talwar and Zhang 2019).
+
+    Raises:
+        ConfigError: sigma is not positive: a step without noise has no finite epsilon.
+    """
+    if not noise_multiplier > 0.0:
+        raise ConfigError(f"a DP-SGD step of noise multiplier {noise_multiplier!r} has no finite epsilon")
+    return Release("gaussian", noise_multiplier * noise_multiplier / 2.0, 0.0, 1.0, sampling_rate, steps)
 
 
 def skellam_rdp(alpha: float, mu: float, l1: float, l2: float) -> float:

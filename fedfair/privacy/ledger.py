@@ -93,6 +93,8 @@ class Peer:
     entries: tuple[Entry, ...]
     rows: int
     """How many of the ledger's (distinct) rows it holds."""
+    others: tuple[distributed.Release, ...] = ()
+    """What its table spent by other mechanisms: its site's own DP-SGD steps."""
 
     def counted(self, cut: int) -> list[Entry]:
         """Its charged releases since its last reset, and from entry `cut` on (what a reset elsewhere left)."""
@@ -147,6 +149,8 @@ class Ledger:
         """Called after each write (the site's folder notes what it charged, :mod:`fedfair.privacy.ledger_home`)."""
         self.people: Callable[[], People] | None = None
         """The other ledgers of its people, read again at each use (:mod:`fedfair.privacy.ledger_people`)."""
+        self.others: Callable[[], list[distributed.Release]] | None = None
+        """What its data spent by other mechanisms (its site's own DP-SGD steps), read again at each use."""
         self._entries: list[Entry] = []
         self._version = VERSION if identity is not None else 1
         self.found = self.path.exists()
@@ -231,8 +235,12 @@ class Ledger:
         """
         if federation is not None:
             return composed(self.releases(federation), delta)
-        own = self.releases()
-        return max(composed([*shared, *own], delta) for shared in self.shared_releases())
+        own, mine = self.releases(), self.own_others()
+        return max(composed([*shared, *own], delta, [*others, *mine]) for shared, others in self._groups())
+
+    def own_others(self) -> list[distributed.Release]:
+        """What its data spent by other mechanisms (its site's own DP-SGD steps); none when not known."""
+        return self.others() if self.others is not None else []
 
     def peers(self) -> list[Peer]:
         """The other ledgers that hold some of its people (none when its people are not known)."""
@@ -244,13 +252,23 @@ class Ledger:
         A release of another ledger counts from that ledger's last reset on, and from where this ledger's own last
         reset (the operator's word that these are new people) left it. One empty list when it shares no one.
         """
+        return [shared for shared, _ in self._groups()]
+
+    def _groups(self) -> list[tuple[list[Entry], list[distributed.Release]]]:
+        """:meth:`shared_releases`, each with the DP-SGD steps of the other tables of that group (never reset)."""
         if self.people is None:
-            return [[]]
+            return [([], [])]
         peers, groups = self.people()
         last = next((entry for entry in reversed(self._entries) if entry["kind"] == RESET), {})
         cut: Mapping[str, int] = last.get("shared", {})  # type: ignore[assignment]
         counted = [peer.counted(cut.get(peer.lineage, 0)) for peer in peers]
-        return [[entry for index in sorted(group) for entry in counted[index]] for group in groups] or [[]]
+        return [
+            (
+                [entry for index in sorted(group) for entry in counted[index]],
+                [release for index in sorted(group) for release in peers[index].others],
+            )
+            for group in groups
+        ] or [([], [])]
 
     # ------------------------------------------------------------ changing it
 
@@ -282,15 +300,17 @@ class Ledger:
             entry["rounding"] = release.rounding
         check_charge(entry)
         with self._locked():
-            earlier = self.releases()
-            groups = self.shared_releases()
-            total = max(composed([*shared, *earlier, entry], delta) for shared in groups)
+            earlier, mine = self.releases(), self.own_others()
+            groups = self._groups()
+            total = max(composed([*shared, *earlier, entry], delta, [*others, *mine]) for shared, others in groups)
             if total <= budget:
                 self._append([entry])
         if total > budget:
-            before = max(composed([*shared, *earlier], delta) for shared in groups)
-            elsewhere = max(len(shared) for shared in groups)
+            before = max(composed([*shared, *earlier], delta, [*others, *mine]) for shared, others in groups)
+            elsewhere = max(len(shared) for shared, _ in groups)
+            steps = sum(release.steps for release in mine) + max(sum(r.steps for r in others) for _, others in groups)
             also = f" and {elsewhere} releases of other ledgers of the same people" if elsewhere else ""
+            also += f" and {steps} DP-SGD steps on these people" if steps else ""
             raise PrivacyBudgetError(
                 BudgetReason.ANSWER_REFUSED,
                 f"answering round {charge.round} ({charge.kind}) of federation {federation} would spend epsilon "
@@ -338,7 +358,7 @@ class Ledger:
             spent = self.spent(delta)
             at = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
             entry: Entry = {"kind": RESET, "reason": reason, "at": at, "spent": spent}
-            peers = self.peers()
+            peers = [peer for peer in self.peers() if peer.entries]
             if peers:
                 entry["shared"] = {peer.lineage: len(peer.entries) for peer in peers}
             self._append([entry])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from fedfair.core.files import MAX_JSON_INTEGER
 from fedfair.pki.names import FEDERATION_ID_RE
@@ -16,6 +16,9 @@ from fedfair.privacy import distributed
 
 CHARGED_KINDS = ("statistics", "train", "evaluate")
 """The kinds of noised input a ledger charges (a collaborator's record has the same kinds)."""
+
+CHARGED_MECHANISMS = ("skellam",)
+"""The mechanisms an entry charges: a site's DP-SGD steps stay in its accountant, composed with them (:func:`composed`)."""
 
 RESET = "reset"
 """The kind of the entry an operator's reset appends: what was spent before it no longer counts."""
@@ -54,20 +57,20 @@ def _release(entry: Mapping[str, object], steps: int = 1) -> distributed.Release
     )
 
 
-def composed(entries: list[Entry], delta: float) -> float:
-    """The epsilon at `delta` of charged `entries` composed by RDP (0 for none).
+def composed(entries: list[Entry], delta: float, others: Sequence[distributed.Release] = ()) -> float:
+    """The epsilon at `delta` of charged `entries`, and of `others` (DP-SGD steps), composed by RDP (0 for none).
 
     Identical releases (every training round of a run) are one release of as many steps, so a long ledger
     composes in one pass per kind; every entry's `addon` (rounding and wraps) comes off the delta.
     """
-    if not entries:
+    if not entries and not others:
         return 0.0
     groups: dict[tuple[object, ...], tuple[Entry, int]] = {}
     for entry in entries:
         key = (entry["mechanism"], entry["mu"], entry["l1"], entry["l2"], entry["sampling_rate"], entry.get("rounding"))
         first, steps = groups.get(key, (entry, 0))
         groups[key] = (first, steps + 1)
-    releases = [_release(first, steps) for first, steps in groups.values()]
+    releases = [*(_release(first, steps) for first, steps in groups.values()), *others]
     addon = math.fsum(float(entry["addon"]) for entry in entries)  # type: ignore[arg-type]
     return distributed.epsilon(releases, delta - addon)
 
@@ -117,8 +120,8 @@ def check_charge(entry: Mapping[str, object]) -> None:
     if isinstance(round_number, bool) or not isinstance(round_number, int) or not 0 <= round_number <= MAX_JSON_INTEGER:
         raise ValueError(f"round = {round_number!r} is not a round number")
     _text(entry, "model")
-    if entry["mechanism"] not in distributed.MECHANISMS:
-        raise ValueError(f"mechanism = {entry['mechanism']!r} is not one of {', '.join(distributed.MECHANISMS)}")
+    if entry["mechanism"] not in CHARGED_MECHANISMS:
+        raise ValueError(f"mechanism = {entry['mechanism']!r} is not one of {', '.join(CHARGED_MECHANISMS)}")
     _number(entry, "mu", 0.0, MAX_MU, open_low=True)
     _number(entry, "l1", 0.0, math.inf)
     _number(entry, "l2", 0.0, math.inf)

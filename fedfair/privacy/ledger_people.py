@@ -17,14 +17,18 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.files import atomic_write
+from fedfair.privacy.distributed import Release
 from fedfair.privacy.ledger import Ledger, People, Peer
+
+OthersOf = Callable[[Path], list[Release]]
+"""The DP-SGD steps (as releases) the accountant at a path holds: none when there is none."""
 
 KEY_FILE = "people.key"
 """The folder's key of its row digests: without it no digest can be matched to a row, nor computed again."""
@@ -132,11 +136,17 @@ def groups(memberships: list[np.ndarray]) -> list[frozenset[int]]:
     return [frozenset(int(index) for index in np.flatnonzero(pattern)) for pattern in patterns]
 
 
-def sharing(own: Path, digests: np.ndarray, key: bytes) -> People:
+def state_path(ledger: Path) -> Path:
+    """Where the DP-SGD accountant of the ledger at `ledger`'s table is kept: ``NAME.DATA.privacy.json``."""
+    return ledger.with_name(ledger.name.removesuffix(".ledger.json") + ".privacy.json")
+
+
+def sharing(own: Path, digests: np.ndarray, key: bytes, others_of: OthersOf | None = None) -> People:
     """The other ledgers in `own`'s folder that hold some of `digests` (its rows), and its rows' groups among them.
 
     Each group is the set of those ledgers (by index) that one or more of its rows belong to; rows in none make the
-    empty group. A rows file whose ledger charged nothing yet (there is none) is skipped.
+    empty group. With `others_of`, each carries its table's DP-SGD steps too (read from its accountant's path). A
+    rows file whose table charged nothing yet (no ledger, no accountant) is skipped.
 
     Raises:
         ConfigError: a rows file or ledger of the folder is damaged or of another key, naming it and the fix.
@@ -145,10 +155,16 @@ def sharing(own: Path, digests: np.ndarray, key: bytes) -> People:
     memberships: list[np.ndarray] = []
     for path, inside in overlaps(own, digests, key):
         ledger_file = path.with_name(path.name.removesuffix(".rows") + ".ledger.json")
-        if not ledger_file.is_file():
+        others = tuple(others_of(state_path(ledger_file))) if others_of is not None else ()
+        if ledger_file.is_file():
+            ledger = Ledger.read(ledger_file)
+            peer = Peer(ledger.lineage, ledger_file.name, tuple(ledger.entries()), int(inside.sum()), others)
+        elif others:
+            name = state_path(ledger_file).name
+            peer = Peer(f"(DP-SGD only) {name}", name, (), int(inside.sum()), others)
+        else:
             continue
-        ledger = Ledger.read(ledger_file)
-        peers.append(Peer(ledger.lineage, ledger_file.name, tuple(ledger.entries()), int(inside.sum())))
+        peers.append(peer)
         memberships.append(inside)
     return peers, groups(memberships)
 
@@ -170,11 +186,16 @@ def keep_rows(ledger: Path, rows: Iterable[str]) -> tuple[np.ndarray, bytes]:
     return digests, key
 
 
-def know_people(ledger: Ledger, rows: Iterable[str]) -> None:
+def know_people(ledger: Ledger, rows: Iterable[str], others_of: OthersOf | None = None) -> None:
     """Let `ledger` count the other ledgers of its people (:func:`sharing`, at each use); `rows`: its table's rows.
+
+    With `others_of` (the DP-SGD steps an accountant's path holds, none when there is none), it counts its own
+    table's DP-SGD steps and those of the other tables of its people too: one figure for every mechanism.
 
     Raises:
         ConfigError: the folder's key is not a key, naming it and the fix.
     """
     digests, key = keep_rows(ledger.path, rows)
-    ledger.people = functools.partial(sharing, ledger.path, digests, key)
+    ledger.people = functools.partial(sharing, ledger.path, digests, key, others_of)
+    if others_of is not None:
+        ledger.others = functools.partial(others_of, state_path(ledger.path))

@@ -14,7 +14,7 @@ import pytest
 
 from fedfair.privacy import distributed
 from fedfair.privacy.distributed import TrainingNoise
-from fedfair.privacy.ledger import Ledger
+from fedfair.privacy.ledger import Ledger, composed
 from fedfair.runtime.collaborator.charges import Charges, open_ledger
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.input_record import InputRecord
@@ -85,12 +85,15 @@ def test_a_bounded_dp_federation_applies_its_rounds_and_each_site_charges_them(
     loaded = load_aggregator_plan(workspace.plan)
     for name in NAMES:
         ledger = open_ledger(load_collaborator_config(workspace.configs[name]))
-        entries = ledger.releases()
-        assert [(entry["kind"], entry["round"]) for entry in entries] == [("train", r) for r in range(1, ROUNDS + 1)]
+        # The plan noises its answers too (a training DP plan must): the training releases are charged apart.
+        assert {entry["kind"] for entry in ledger.releases()} == {"train", "evaluate"}
+        entries = [entry for entry in ledger.releases() if entry["kind"] == "train"]
+        assert [entry["round"] for entry in entries] == list(range(1, ROUNDS + 1))
         # A training release averages over the rounding of the (padded) dimension it was calibrated for.
         noise, _ = loaded.training_noise(len(NAMES), int(entries[0]["rounding"]))  # type: ignore[call-overload]
         assert all(entry["mu"] == noise.release.mu for entry in entries), entries
-        assert ledger.spent(loaded.privacy.delta) == pytest.approx(exact_epsilon(loaded, noise, ROUNDS), rel=1e-9)
+        trained = composed(entries, loaded.privacy.delta)
+        assert trained == pytest.approx(exact_epsilon(loaded, noise, ROUNDS), rel=1e-9)
     # The sum carries the auditor's Skellam(mu) alone: std sqrt(2 mu) in the encoded scale, over the total weight.
     weight = sum(loaded.influence.weight_of(name, loaded.batch_fraction) for name in NAMES)
     std = (2 * noise.release.mu) ** 0.5 * 2.0**-noise.fractional_bits / weight

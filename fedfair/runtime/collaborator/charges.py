@@ -8,7 +8,7 @@ per-federation records kept. Each federation's one-input record
 (:class:`~fedfair.runtime.collaborator.input_record.InputRecord`) charges through it and counts its
 charges, so a ledger cannot restart while the record of what was answered survives. The plan's
 ``[privacy]`` (:mod:`fedfair.runtime.plan.privacy`) says what is noised; the budget is the plan's, or
-this institution's own ``budget_epsilon`` where that is lower, and it counts every federation's spend.
+this institution's own ``budget_epsilon`` where lower, over every federation, table of the same people and mechanism.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ import functools
 import json
 import logging
 import os
+from pathlib import Path
 from collections import Counter
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fedfair.privacy.distributed import Release
+from fedfair.privacy.distributed import Release, gaussian_release
 from fedfair.privacy.ledger import RESET, Charge, Ledger, data_digest, ledger_path
 from fedfair.privacy.ledger_home import (
     check_link,
@@ -222,7 +223,7 @@ def open_ledger(config: CollaboratorConfig, *, starting_over: bool = False) -> L
     identity = data_identity(config.data)
     ledger = Ledger(ledger_path(ledger_folder(), config.name, identity), config.name, identity)
     if config.data.csv is not None:
-        know_people(ledger, table_rows(config.data.csv))
+        know_people(ledger, table_rows(config.data.csv), dp_sgd_steps)
     for former in former_ledgers(folder, config.name):
         if former.resolve() == ledger.path.resolve():
             continue  # the ledger folder is this config's folder
@@ -257,6 +258,19 @@ def open_ledger(config: CollaboratorConfig, *, starting_over: bool = False) -> L
     return ledger
 
 
+def dp_sgd_steps(path: Path) -> list[Release]:
+    """The DP-SGD steps the accountant at `path` holds, as releases the ledger composes; none when there is none.
+
+    Raises:
+        ConfigError: the accountant is damaged or edited, or holds a step without noise (no finite epsilon).
+    """
+    if not path.is_file():
+        return []
+    from fedfair.privacy.accounting import PrivacyAccountant  # Opacus: only where DP-SGD was used
+
+    return [gaussian_release(*run) for run in PrivacyAccountant.read(path).history]
+
+
 def describe_ledger(ledger: Ledger, delta: float | None = None) -> str:
     """`ledger` for a person: the total since the last reset, then what each federation's releases cost.
 
@@ -275,13 +289,16 @@ def describe_ledger(ledger: Ledger, delta: float | None = None) -> str:
         for peer in ledger.peers()
     ]
     shared = [entry for group in ledger.shared_releases() for entry in group]
-    if not releases and not shared:
+    others = ledger.own_others() or [release for peer in ledger.peers() for release in peer.others]
+    if not releases and not shared and not others:
         return "\n".join([*lines, "  no noised input charged (epsilon 0)"])
     charged = releases or shared
-    at = delta if delta is not None else max(float(entry["delta"]) for entry in charged)  # type: ignore[arg-type]
+    default = max((float(entry["delta"]) for entry in charged), default=1e-5)  # type: ignore[arg-type]
+    at = delta if delta is not None else default
+    also = " and the DP-SGD steps on them" if others else ""
     lines.append(
         f"  epsilon {ledger.spent(at):.4g} spent at delta {at:g} over every federation and every ledger of these "
-        "people (its most charged row), composed by RDP"
+        f"people{also} (its most charged row), composed by RDP"
     )
     for federation in sorted({str(entry["federation"]) for entry in releases}):
         own = [entry for entry in releases if entry["federation"] == federation]

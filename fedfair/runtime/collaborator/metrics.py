@@ -19,7 +19,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.privacy.ledger import Ledger, ledger_path
 from fedfair.privacy.ledger_home import ledger_folder
 from fedfair.privacy.ledger_people import know_people
-from fedfair.runtime.collaborator.charges import data_identity
+from fedfair.runtime.collaborator.charges import data_identity, dp_sgd_steps
 from fedfair.runtime.collaborator.table_fingerprint import table_rows
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.observe.endpoint import Endpoint, serve_monitoring
@@ -95,7 +95,7 @@ class SiteCollector:
             local = self._dp_sgd()
             ledger = Ledger(self.ledger_path, self.config.name, self._identity) if self.ledger_path.is_file() else None
             if ledger is not None and self.config.data.csv is not None:
-                know_people(ledger, table_rows(self.config.data.csv))
+                know_people(ledger, table_rows(self.config.data.csv), dp_sgd_steps)
         except (ConfigError, OSError, ValueError) as error:
             logger.warning("%s: the privacy metrics are left out: %s", self.config.name, error)
             return

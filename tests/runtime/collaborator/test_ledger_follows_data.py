@@ -417,3 +417,29 @@ def test_fingerprinting_adults_rows_stays_under_the_issues_1_8_seconds(tmp_path:
         assert ledger.spent(DELTA) == pytest.approx(ONE)
         took.append(time.perf_counter() - started)
     assert min(took) < 1.8, took
+
+
+def test_the_ledger_is_one_figure_for_every_mechanism(
+    site: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One ledger per institution's people for every mechanism (issue 93): a site's own DP-SGD steps and its noised
+    secure-sum inputs compose by RDP into the ledger's epsilon, in its folder and in a fresh folder of the same
+    people with a row added; an answer that fits the budget without the DP-SGD steps is refused, naming them."""
+    from fedfair.runtime.collaborator.charges import open_site_accountant
+
+    accountant, _ = open_site_accountant(load_collaborator_config(site), "fed-one")
+    accountant.spend(1.0, 0.01, 100)
+    answer = distributed.Release("skellam", 1000.0, 40.0, 10.0)  # epsilon 0.90 alone
+    loaded = load_collaborator_config(site)
+    open_ledger(loaded).charge("fed-one", Charge("evaluate", 1, "m", answer, DELTA), 1e9)
+    steps = distributed.gaussian_release(1.0, 0.01, 100)  # 1.22 alone
+    joint = distributed.epsilon([answer, steps], DELTA)
+    assert joint == pytest.approx(1.45, abs=0.01)
+    shown = _shown(site, capsys)
+    assert f"epsilon {joint:.4g} spent at delta 1e-05" in shown and "and the DP-SGD steps on them" in shown, shown
+    added = _export(tmp_path / "added", "site-a", pd.concat([_table(), adult_raw_table().iloc[[5000]]]))
+    assert f"epsilon {joint:.4g} spent at delta 1e-05" in _shown(added, capsys)
+    two = distributed.epsilon([dataclasses.replace(answer, steps=2)], DELTA)  # 1.31: fits a budget of 1.4
+    with pytest.raises(PrivacyBudgetError, match=r"and 100 DP-SGD steps on these people"):
+        open_ledger(load_collaborator_config(added)).charge("fed-two", Charge("evaluate", 1, "m", answer, DELTA), 1.4)
+    assert two < 1.4

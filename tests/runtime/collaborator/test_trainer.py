@@ -237,6 +237,9 @@ def test_under_dp_neighbouring_datasets_send_the_same_weight_and_batch(
             config_path = folder / "collaborator.toml"
             config_path.write_text(workspace.configs["site-a"].read_text())
             with_privacy(config_path, noise_multiplier=1.0)
+            # Two institutions, each with its own ledger folder: one institution's two folders of the same data in
+            # the same federation share its DP-SGD accountant, and the second is refused as a lost record.
+            monkeypatch.setenv("FEDFAIR_LEDGER_DIR", str(folder / "ledgers"))
             monkeypatch.setattr(client_module, "load_local_data", load)
             collaborator = Collaborator(load_collaborator_config(config_path))
             files = TlsFiles.in_folder(workspace.certs, "site-a")
