@@ -315,7 +315,8 @@ def test_a_ledger_kept_by_the_tables_path_is_taken_over_after_a_move(
 @pytest.mark.slow
 def test_a_launched_federations_ledger_survives_mv_of_its_workspace(tmp_path: Path) -> None:
     """The issue's own steps: `launch --csv ... --workdir W` (kept), then `mv W`: the ledger's epsilon is the same
-    before and after, through real processes and the real CLI."""
+    before and after, through real processes and the real CLI; and (issue 93) the same from a fresh folder whose
+    table is north's with one patient added, or one removed."""
     table = adult_raw_table().iloc[:1200]
     for index, name in enumerate(["north", "south"]):
         table.iloc[index * 600 : (index + 1) * 600].to_csv(tmp_path / f"{name}.csv", index=False)
@@ -347,6 +348,11 @@ def test_a_launched_federations_ledger_survives_mv_of_its_workspace(tmp_path: Pa
     moved = tmp_path / "moved"
     shutil.move(workdir, moved)
     assert ledger_of(moved) == before
+    # Issue 93: north's table re-exported into a fresh folder with one patient added, or one removed.
+    north = table.iloc[:600]
+    newcomer = adult_raw_table().iloc[[5000]]  # in neither site's table
+    for name, rows in (("added", pd.concat([north, newcomer])), ("removed", north.iloc[1:])):
+        assert ledger_of(_export(tmp_path / name, "north", rows).parent.parent) == before, name
 
 
 def test_a_dp_sgd_accountant_kept_by_the_tables_path_is_taken_over_after_a_move(
