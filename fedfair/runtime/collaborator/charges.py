@@ -18,8 +18,8 @@ import functools
 import json
 import logging
 import os
-from pathlib import Path
 from collections import Counter
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -284,18 +284,19 @@ def describe_ledger(ledger: Ledger, delta: float | None = None) -> str:
     if resets:
         last = resets[-1]
         lines.append(f"  reset {len(resets)} time(s) by its operator, last at {last['at']}: {last['reason']}")
+    peers = ledger.peers()
     lines += [
         f"  {peer.rows} of its rows are in {peer.file}: what that ledger charged counts here (the same people)"
-        for peer in ledger.peers()
+        for peer in peers
     ]
     shared = [entry for group in ledger.shared_releases() for entry in group]
-    others = ledger.own_others() or [release for peer in ledger.peers() for release in peer.others]
-    if not releases and not shared and not others:
+    dp_sgd = bool(ledger.own_others()) or any(peer.others for peer in peers)
+    if not releases and not shared and not dp_sgd:
         return "\n".join([*lines, "  no noised input charged (epsilon 0)"])
     charged = releases or shared
     default = max((float(entry["delta"]) for entry in charged), default=1e-5)  # type: ignore[arg-type]
     at = delta if delta is not None else default
-    also = " and the DP-SGD steps on them" if others else ""
+    also = " and the DP-SGD steps on them" if dp_sgd else ""
     lines.append(
         f"  epsilon {ledger.spent(at):.4g} spent at delta {at:g} over every federation and every ledger of these "
         f"people{also} (its most charged row), composed by RDP"
@@ -384,8 +385,7 @@ def open_site_accountant(config: CollaboratorConfig, federation: str) -> tuple[P
             break
     accountant, folded = open_accountant(folder, config.name, identity, federation, kept_in=kept_in)
     if config.data.csv is not None:
-        digests, key = keep_rows(ledger_path(kept_in, config.name, identity), table_rows(config.data.csv))
-        accountant.shared = functools.partial(
-            shared_histories, ledger_path(kept_in, config.name, identity), digests, key
-        )
+        ledger = ledger_path(kept_in, config.name, identity)
+        digests, key = keep_rows(ledger, table_rows(config.data.csv))
+        accountant.shared = functools.partial(shared_histories, ledger, digests, key)
     return accountant, folded

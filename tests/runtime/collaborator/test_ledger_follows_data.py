@@ -449,3 +449,21 @@ def test_the_ledger_is_one_figure_for_every_mechanism(
     with pytest.raises(PrivacyBudgetError, match=r"and 100 DP-SGD steps on these people"):
         open_ledger(load_collaborator_config(added)).charge("fed-two", Charge("evaluate", 1, "m", answer, DELTA), 1.4)
     assert two < 1.4
+
+
+def test_a_dp_sgd_accountant_beside_the_config_moves_beside_the_ledger(
+    site: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An accountant kept by the rows beside the config (as fedfair kept it before issue 93) continues in the
+    ledger folder, once: the file beside the config is set aside, and a new folder of the same rows sees it."""
+    from fedfair.privacy.accounting import PrivacyAccountant, compute_epsilon, privacy_state_path
+    from fedfair.privacy.ledger_home import ledger_folder
+
+    identity = data_identity(load_collaborator_config(site).data)
+    beside = privacy_state_path(site.parent, "site-a", identity)
+    PrivacyAccountant(beside, federation="f", data=identity).spend(1.1, 0.01, 20)
+    epsilon = compute_epsilon(1.1, 0.01, 20, DELTA)
+    assert f"epsilon {epsilon:.4g} at delta 1e-05 over 20 steps" in _shown(site, capsys)
+    assert not beside.exists() and beside.with_name(f"{beside.name}.taken-over").exists()
+    assert privacy_state_path(ledger_folder(), "site-a", identity).exists()
+    assert f"epsilon {epsilon:.4g} at delta 1e-05 over 20 steps" in _shown(site, capsys)  # taken over once
