@@ -92,8 +92,10 @@ def test_the_values_that_crashed_a_collaborator_are_named_errors(path: Where, va
 @pytest.mark.parametrize("path", [path for path in FIELDS if path[:2] in OPTIONAL])
 def test_an_unset_optional_number_is_read_as_unset(path: Where) -> None:
     base = BASE
-    if path == ("privacy", "report_epsilon"):  # the interim answers' epsilon needs a final one
+    if path == ("privacy", "report_epsilon"):  # the interim answers' epsilon needs a final one, and so does training DP
         base = json.loads(replaced(BASE, ("privacy", "interim_report_epsilon"), None))
+        base = json.loads(replaced(base, ("privacy", "epsilon"), None))
+        base = json.loads(replaced(base, ("privacy", "mode"), "off"))
     shared = load_shared_settings(replaced(base, path, None))
     section = getattr(shared, str(path[0]))
     assert getattr(section, str(path[1])) is None
