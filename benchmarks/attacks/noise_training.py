@@ -40,7 +40,8 @@ TRAINING_PRIVACY: dict[str, Any] = {
     "delta": 1e-5,
     "budget": 10.0,
 }
-"""The training row's [privacy]: distributed DP-SGD, the plan's two rounds spending epsilon 3 at delta 1e-5."""
+"""The training row's [privacy]: distributed DP-SGD, the plan's two rounds spending epsilon 3 at delta 1e-5 (and its
+evaluation answers noised at epsilon 1, as a plan with training DP must)."""
 BATCH_FRACTION = 0.05
 """Poisson sampling rate of every site's DP-SGD step (the plan's batch_fraction), in the attack and the control."""
 
@@ -202,14 +203,16 @@ def forged_training(run: TrainingRun) -> dict[str, Any]:
 
 def forged_refused(figures: Mapping[str, Any]) -> bool:
     """Every site sent M + 1 ulp refused it (round 2, NEXT_MODEL), the victim (left out) refused nothing, nobody
-    trained on it, its round was not decoded, and every ledger holds round 1's release alone."""
+    trained on it, its round was not decoded, and every ledger holds round 1's training release alone (beside the
+    noised evaluation answers a plan with training DP must have)."""
     found = figures["refusals"]
+    trained = [[release for release in releases if release[0] == "train"] for releases in figures["releases"].values()]
     return (
         all(found[name] == (2, "NEXT_MODEL") for name in FOUR if name != VICTIM)
         and found[VICTIM] is None
         and figures["trained_in_round_2"] == []
         and not figures["round_2_decoded"]
-        and all(releases == [("train", 1)] for releases in figures["releases"].values())
+        and all(releases == [("train", 1)] for releases in trained)
     )
 
 

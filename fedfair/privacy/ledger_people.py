@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -52,16 +53,17 @@ def people_key(folder: Path) -> bytes:
     path = folder / KEY_FILE
     if not path.exists():
         folder.mkdir(parents=True, exist_ok=True)
-        drawn = folder / f".{KEY_FILE}.{os.getpid()}"
-        descriptor = os.open(drawn, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # A file of its own (mkstemp: unique, 0600), linked whole: a key another process or thread linked first is
+        # the one kept, and a key once linked is never written again.
+        descriptor, drawn = tempfile.mkstemp(prefix=f".{KEY_FILE}.", dir=folder)
         with os.fdopen(descriptor, "wb") as stream:
             stream.write(os.urandom(KEY_BYTES))
         try:
-            os.link(drawn, path)  # whole or not at all; a key another process linked first is the one kept
+            os.link(drawn, path)
         except FileExistsError:
             pass
         finally:
-            drawn.unlink()
+            os.unlink(drawn)
     key = path.read_bytes()
     if len(key) != KEY_BYTES:
         raise ConfigError(f"{path} holds {len(key)} bytes, not a {KEY_BYTES}-byte key; {_KEY_FIX}")

@@ -467,3 +467,20 @@ def test_a_dp_sgd_accountant_beside_the_config_moves_beside_the_ledger(
     assert not beside.exists() and beside.with_name(f"{beside.name}.taken-over").exists()
     assert privacy_state_path(ledger_folder(), "site-a", identity).exists()
     assert f"epsilon {epsilon:.4g} at delta 1e-05 over 20 steps" in _shown(site, capsys)  # taken over once
+
+
+def test_sites_drawing_the_folders_key_at_once_share_one(tmp_path: Path) -> None:
+    """Collaborators of one machine open the ledger folder at once (threads of one process too, as a launch or the
+    attack matrix runs them): one key is drawn and kept, never rewritten, so every rows file matches it. The
+    first version wrote a per-process temporary file, which two threads truncated in turn: the key changed under
+    a rows file already made with it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fedfair.privacy.ledger_people import KEY_FILE, people_key
+
+    folders = [tmp_path / f"ledgers-{attempt}" for attempt in range(100)]
+    with ThreadPoolExecutor(8) as pool:
+        for folder in folders:
+            keys = list(pool.map(people_key, [folder] * 8))
+            assert len(set(keys)) == 1 and keys[0] == (folder / KEY_FILE).read_bytes()
+            assert [path.name for path in folder.iterdir()] == [KEY_FILE]  # no temporary file left
