@@ -136,7 +136,11 @@ class AuditorRounds:
             self.current = None
 
     def _begin(self, round_number: int, inputs: bytes) -> AuditedRound:
-        """AUDITOR_KEY: check the round's parameters, derive the round's parameters as every party does."""
+        """AUDITOR_KEY: check the round's parameters, derive the round's parameters as every party does.
+
+        Its threshold and collusion bound must be the plan's, since the floor on the sites a total covers follows from
+        them.
+        """
         parameters = RoundParameters.from_bytes(inputs)
         expected = (round_number, BOUNDED_TRAINING.kind, BOUNDED_ROUND.name, True)
         stated = (parameters.round, parameters.kind, parameters.protocol, parameters.secure)
@@ -144,6 +148,14 @@ class AuditorRounds:
             raise ProtocolError(
                 f"the round's parameters state round {parameters.round}, {parameters.kind!r}, {parameters.protocol!r}"
                 f" (secure: {parameters.secure}); the auditor verifies round {round_number}'s bounded training sum"
+            )
+        secure = self.shared.secure_aggregation
+        stated_floor = (parameters.threshold, parameters.max_colluding)
+        if stated_floor != (secure.threshold, secure.max_colluding):
+            raise ProtocolError(
+                f"the round's parameters state threshold {parameters.threshold} and max_colluding "
+                f"{parameters.max_colluding}, the plan {secure.threshold} and {secure.max_colluding}: the floor on the "
+                "sites a total covers follows from them, so the auditor verifies no round under others"
             )
         manifest = self.config.manifest
         strangers = sorted(set(parameters.parties) - manifest.collaborator_names)
