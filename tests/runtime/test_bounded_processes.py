@@ -22,15 +22,13 @@ from typing import Any
 
 import pytest
 
-from fedfair import pki
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.chain_record import CHAIN_SUFFIX, read_anchor
 from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
 from fedfair.runtime.faults import LIAR_VARIABLE
 from fedfair.runtime.local.processes import FEDFAIR_COMMAND, Child, child_environment, start_collaborator
-from fedfair.runtime.local.workspace import Workspace, toml_text, write_pinned_manifest
-from fedfair.runtime.plan.input_bound import TWO_VERIFIERS
-from tests.runtime.harness import Processes, eventually, new_workspace
+from fedfair.runtime.local.workspace import Workspace, make_workspace
+from tests.runtime.harness import Processes, eventually, plan_sections
 from tests.runtime.test_verified_sums import FORGER
 
 NAMES = ("site-a", "site-b", "site-c")
@@ -45,28 +43,15 @@ def bounded_workspace(root: Path, **sections: Mapping[str, Any]) -> Workspace:
     fractional_bits 12: the workspace's declared weights (each site's batch) times update_norm, at 2^12, keep each
     bound within the proof's field. `sections` are more of the plan's (a quorum's timeout, privacy).
     """
-    workspace = new_workspace(
-        root,
-        NAMES,
+    plan = plan_sections(
         **{
             "training": {"rounds": ROUNDS, "local_steps": 1},
             "quorum": {"min_collaborators": 2},
             "secure_aggregation": {"fractional_bits": 12},
             **sections,
-        },
+        }
     )
-    pki.issue(workspace.certs, "auditor", AUDITOR)
-    manifest = root / "manifest.toml"
-    plan = tomllib.loads(workspace.plan.read_text())
-    plan["secure_aggregation"].update(input_bound=TWO_VERIFIERS, auditor=AUDITOR)
-    plan["aggregator"]["manifest"] = str(manifest)
-    workspace.plan.write_text(toml_text(plan))
-    write_pinned_manifest(manifest, workspace.plan, workspace.certs)
-    for config in workspace.configs.values():
-        site = tomllib.loads(config.read_text())
-        site["collaborator"]["manifest"] = str(manifest)
-        config.write_text(toml_text(site))
-    return workspace
+    return make_workspace(root, NAMES, plan=plan, manifest=True, auditor=AUDITOR)
 
 
 def start_auditor(processes: Processes, workspace: Workspace, *, lenient: bool = False) -> Child:
