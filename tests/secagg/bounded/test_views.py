@@ -14,7 +14,9 @@ acceptance) is 7 of them below the charge, and "at most 1.1" says the residual i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,6 +40,7 @@ WEIGHTS = {0: 1.0, 1: 0.5, 2: 0.8}
 AUDITOR_KEY, AGGREGATOR_KEY = b"u" * 32, b"g" * 32
 
 
+@functools.cache
 def noised_round() -> tuple[BoundedTrace, np.ndarray]:
     """A round of three honest sites under noise, with each verifier's noise key at hand; and the exact sum."""
     inputs = {party: at_bound(party, weight, DIMENSION) for party, weight in WEIGHTS.items()}
@@ -62,51 +65,118 @@ def within_charge(share: float) -> bool:
     return 0.9 <= share <= 1.1
 
 
-def test_the_auditor_less_its_own_noise_reads_the_sum_under_the_aggregators_charged_noise() -> None:
-    """The auditor is sent the verdict record (its total T) to tag its part: T less its own noise leaves the
-    aggregator's, whose key it is never sent (the tag set goes to the sites only)."""
+def aggregator_view() -> float:
+    """The aggregator: T less its own noise, on the exact sum (the share of the charge left)."""
     trace, exact = noised_round()
-    assert within_charge(residual_share_of_charge(trace, exact, AUDITOR_KEY))
+    return residual_share_of_charge(trace, exact, AGGREGATOR_KEY)
 
 
-def test_the_aggregator_less_its_own_noise_reads_the_sum_under_the_auditors_charged_noise() -> None:
+def auditor_view() -> float:
+    """The auditor: T (the record it tags) less its own noise, on the exact sum; it is never sent the other key."""
     trace, exact = noised_round()
-    assert within_charge(residual_share_of_charge(trace, exact, AGGREGATOR_KEY))
+    return residual_share_of_charge(trace, exact, AUDITOR_KEY)
 
 
-def test_the_two_verifiers_together_read_the_exact_sum_as_the_trust_model_states() -> None:
-    """The control: a reconstruction that does subtract both noises leaves nothing, so the two above measure noise
-    that is there, not an error of the audit."""
-    trace, exact = noised_round()
-    both = field.add(verifier_noise(trace.context, AUDITOR_KEY), verifier_noise(trace.context, AGGREGATOR_KEY))
-    np.testing.assert_array_equal(field.to_signed(field.subtract(trace.record.total, both)), exact)
-
-
-def test_a_site_less_the_aggregators_noise_and_its_own_input_reads_the_others_under_the_auditors_noise() -> None:
-    """A site is told the aggregator's noise key in VERIFY (to check the total) and knows its own input: T less both
-    leaves the other sites' sum under the auditor's noise, the charge."""
+def site_view() -> float:
+    """Site 0: T less the aggregator's noise (its key comes with VERIFY's tags) and its own input, on the others' sum."""
     trace, exact = noised_round()
     own_input = at_bound(0, WEIGHTS[0], DIMENSION)
-    share = residual_share_of_charge(trace, exact - own_input, AGGREGATOR_KEY, subtracted=own_input)
-    assert within_charge(share)
+    return residual_share_of_charge(trace, exact - own_input, AGGREGATOR_KEY, subtracted=own_input)
 
 
-def test_the_aggregator_choosing_which_uploads_count_with_a_colluder_reads_no_site_alone() -> None:
-    """The aggregator with max_colluding = 1 site (the floor is then at least 3) keeps the uploads it likes: two (the
-    target's and its colluder's) get no total at all; three leave the target's input under a third site's and the
-    auditor's noise, at least the charge."""
+def colluding_aggregator_view() -> tuple[VerifyReason, float]:
+    """The aggregator with max_colluding = 1 site (the floor is then 3), keeping the uploads it likes: why two (the
+    target's and its colluder's) get no total; and on the target's input, what three leave once it subtracts its noise
+    and the colluder's input."""
     weights = {0: 1.0, 1: 0.5, 2: 0.8, 3: 0.3}
     target, colluder = 0, 1
     inputs = {party: at_bound(party, weight, DIMENSION) for party, weight in weights.items()}
     options = {"noise_mu": MU, "noise_key": AUDITOR_KEY, "aggregator_noise_key": AGGREGATOR_KEY, "floor": 3}
     with pytest.raises(VerificationError) as refused:
         simulated(inputs, weights, missing_aggregator_part={2, 3}, **options)
-    assert refused.value.reason is VerifyReason.BELOW_FLOOR
     trace = simulated(inputs, weights, missing_aggregator_part={3}, **options)
     assert trace.result.accepted == (0, 1, 2)
-    known = inputs[colluder]  # the colluder tells the aggregator its input
-    share = residual_share_of_charge(trace, inputs[target], AGGREGATOR_KEY, subtracted=known)
-    assert share >= 0.9
+    return refused.value.reason, residual_share_of_charge(
+        trace, inputs[target], AGGREGATOR_KEY, subtracted=inputs[colluder]
+    )
+
+
+def test_the_auditor_less_its_own_noise_reads_the_sum_under_the_aggregators_charged_noise() -> None:
+    """The auditor is sent the verdict record (its total T) to tag its part: T less its own noise leaves the
+    aggregator's, whose key it is never sent (the tag set goes to the sites only)."""
+    assert within_charge(auditor_view())
+
+
+def test_the_aggregator_less_its_own_noise_reads_the_sum_under_the_auditors_charged_noise() -> None:
+    assert within_charge(aggregator_view())
+
+
+def test_the_two_verifiers_together_read_the_exact_sum_as_the_trust_model_states() -> None:
+    """The control: a reconstruction that does subtract both noises leaves nothing, so the views measure noise that
+    is there, not an error of the audit."""
+    trace, exact = noised_round()
+    both = field.add(verifier_noise(trace.context, AUDITOR_KEY), verifier_noise(trace.context, AGGREGATOR_KEY))
+    np.testing.assert_array_equal(field.to_signed(field.subtract(trace.record.total, both)), exact)
+
+
+def test_a_site_less_the_aggregators_noise_and_its_own_input_reads_the_others_under_the_auditors_noise() -> None:
+    assert within_charge(site_view())
+
+
+def test_the_aggregator_choosing_which_uploads_count_with_a_colluder_reads_no_site_alone() -> None:
+    """Two uploads get no total (BELOW_FLOOR); three leave a third site's input and the auditor's noise, at least
+    the charge."""
+    reason, share = colluding_aggregator_view()
+    assert reason is VerifyReason.BELOW_FLOOR and share >= 0.9
+
+
+def who_reads_what() -> str:
+    """docs/security.md's "Who reads what" table, with what this audit measures in each tested row.
+
+    Regenerate it with ``python -m tests.secagg.bounded.test_views``.
+    """
+    reason, colluded = colluding_aggregator_view()
+    rows = [
+        ("role", "holds", "subtracts", "left on what it reads"),
+        ("---", "---", "---", "---"),
+        (
+            "the aggregator",
+            "S, T, its own noise key",
+            "its noise",
+            f"on the sum: the auditor's noise, {aggregator_view():.3f} of the charge",
+        ),
+        (
+            "the auditor",
+            "A, T (the record it tags), its own noise key",
+            "its noise",
+            f"on the sum: the aggregator's noise, {auditor_view():.3f} of the charge",
+        ),
+        (
+            "a site",
+            "T, the tags, the aggregator's noise key (VERIFY), its input",
+            "the aggregator's noise, its input",
+            f"on the others' sum: the auditor's noise, {site_view():.3f} of the charge",
+        ),
+        (
+            "the aggregator with max_colluding = 1 site, keeping the uploads it likes",
+            "as the aggregator, and the colluder's input",
+            "its noise, the colluder's input",
+            f"two uploads: no total ({reason.name}, the floor is 3); three: on one site's input, a third site's "
+            f"input and the auditor's noise, {colluded:.3f} of the charge",
+        ),
+        (
+            "the aggregator with the auditor",
+            "both shares of every input, both keys",
+            "everything",
+            "nothing: the stated collusion",
+        ),
+        ("the auditor with a site", "both keys", "both noises", 'nothing: stated under "Trust model" below'),
+    ]
+    return "\n".join("  | " + " | ".join(row) + " |" for row in rows) + "\n"
+
+
+def test_docs_carry_the_who_reads_what_table_this_audit_measures() -> None:
+    assert who_reads_what() in (Path(__file__).parents[3] / "docs" / "security.md").read_text()
 
 
 SAMPLES = 150
@@ -179,3 +249,7 @@ def test_an_honest_sites_verifier_messages_are_distributed_alike_for_two_differe
             assert p_value < FALSE_ALARM, (statistic, p_value)
         else:
             assert p_value > FALSE_ALARM, (statistic, p_value)
+
+
+if __name__ == "__main__":
+    print(who_reads_what(), end="")
