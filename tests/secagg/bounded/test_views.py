@@ -46,7 +46,7 @@ def noised_round() -> tuple[BoundedTrace, np.ndarray]:
     inputs = {party: at_bound(party, weight, DIMENSION) for party, weight in WEIGHTS.items()}
     trace = simulated(inputs, WEIGHTS, noise_mu=MU, noise_key=AUDITOR_KEY, aggregator_noise_key=AGGREGATOR_KEY)
     assert trace.result.accepted == tuple(WEIGHTS)
-    return trace, sum(inputs.values())
+    return trace, np.sum(list(inputs.values()), axis=0)
 
 
 def residual_share_of_charge(
