@@ -1,4 +1,4 @@
-"""Distributed DP under the two-verifier input bound: the auditor's noise and the bits the sites encode at.
+"""Distributed DP under the two-verifier input bound: each verifier's noise and the bits the sites encode at.
 
 Under ``input_bound = "two_verifiers"`` each verifier adds Skellam(noise_mu) per coordinate to its own total (the
 auditor's bound by its tags, the aggregator's by the noise key its verdict record commits to), so that either

@@ -32,7 +32,7 @@ class BoundedContext:
     bounds: party id -> B^2 in the encoded scale (:func:`squared_bound` of update_norm and its weight).
     aggregator_key, auditor_key: the two verifiers' identity public keys (ECDSA P-256).
     auditor_cipher_key: the auditor's X25519 public key for the round, to which the clients seal its seed.
-    noise_mu: the Skellam parameter the auditor adds to its total (encoded scale); 0 for no noise.
+    noise_mu: the Skellam parameter each verifier adds to its own total (encoded scale); 0 for no noise.
     floor: the fewest accepted inputs a total may cover (the plan's threshold t, which the masked round's secret
         sharing enforces): a total over fewer would show whoever reads it too few sites' sum, at one site its
         input, so the auditor signs none and no site tags one (:meth:`check_floor`).

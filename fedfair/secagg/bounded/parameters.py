@@ -86,7 +86,7 @@ def round_parameters(config: SecAggConfig, setup: RoundSetup) -> BoundedParamete
     The round's roster, dimension and fixed point are the config's (its encoding's fractional bits), and so is the floor
     on the inputs a total covers: the threshold t the masked round of the same config runs under (:attr:`SecAggConfig.t`,
     from the plan's threshold and max_colluding, which each site checks against its own plan); the session, the
-    bound, the weights, the identity keys and the auditor's noise are the runner's (:class:`RoundSetup`, from the plan, the manifest's
+    bound, the weights, the identity keys and the verifiers' noise are the runner's (:class:`RoundSetup`, from the plan, the manifest's
     pins and the certificates relayed with the round's public parameters).
 
     Raises:

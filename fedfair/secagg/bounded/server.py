@@ -11,14 +11,12 @@ import math
 from collections.abc import Mapping
 
 import numpy as np
-from cryptography.hazmat.primitives.asymmetric import ec
-
 from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fedfair.core.errors import AuthenticationError, ConfigError, ProtocolError
 from fedfair.secagg.bounded import field
-from fedfair.secagg.codec import Writer
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.exchange import AuditorTotal, Commitments, Reveal, Roster, SeedReveal
 from fedfair.secagg.bounded.messages import Encoded, Exchange, SeedRelay, ShareOpening, SignedRoundKey, SiteShare
@@ -28,6 +26,7 @@ from fedfair.secagg.bounded.total import SignedTags, TagSet, record_digest, tags
 from fedfair.secagg.bounded.upload import SealedSeed
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import BoundedSum, RoundVerifier
+from fedfair.secagg.codec import Writer
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import Decoded
 from fedfair.secagg.server_state import AggregateResult
@@ -42,8 +41,9 @@ def noise_key_of(identity_key: ec.EllipticCurvePrivateKey, config: SecAggConfig)
     """The key the aggregator's noise for the round of `config` is drawn from.
 
     HKDF-SHA256 of its identity key's secret over the round's name (federation, session round, the model it trains,
-    `config.context`). A round run again on the same model gets the same key, so the auditor, which is sent each run's verdict record,
-    cannot average two draws; nobody without the aggregator's key can tell the noise before the sites are told it.
+    `config.context`). A round run again on the same model gets the same key, so the auditor, which is sent each
+    run's verdict record, cannot average two draws; nobody without the aggregator's key can tell the noise before
+    the sites are told it.
     """
     name = Writer().text(config.federation_id).u64(config.round).blob(config.context).getvalue()
     secret = identity_key.private_numbers().private_value.to_bytes(32, "big")
@@ -227,7 +227,7 @@ class BoundedServer:
 
     @property
     def outcome(self) -> BoundedSum:
-        """The sum of the accepted sites' updates and the auditor's noise, and who is in it and out."""
+        """The sum of the accepted sites' updates and both verifiers' noise, and who is in it and out."""
         if self._result is None:
             raise ProtocolError("the auditor's total has not arrived: the bounded sum is not finished")
         return self._result
