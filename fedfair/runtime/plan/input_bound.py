@@ -11,13 +11,18 @@ Why: docs/security.md, "Bounded inputs (two verifiers)", "Declaring it".
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Collection, Iterable
 from typing import Protocol
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.tables import Table
 from fedfair.pki.names import validate_name
+from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded.layout import Layout, squared_bound
+
+logger = logging.getLogger("fedfair.runtime")
 
 NO_INPUT_BOUND = "none"
 """No input is proven within its bound (the default): under masking nobody checks a site's norm."""
@@ -97,6 +102,24 @@ def input_bound_line(secure: InputBound) -> str:
     return (
         f"input bound: two verifiers, the aggregator and auditor {secure.auditor!r}: every site proves its update "
         "within update_norm x its weight; they must not collude (together they hold every input)"
+    )
+
+
+def prepare_verification(secure: InputBound, party: str) -> None:
+    """Under the two-verifier mode, compile the proof's arithmetic now (:func:`field.compile_kernels`), and say so.
+
+    Every party of a bounded sum (each site, the aggregator, the auditor) calls this once it knows the plan and before
+    its first round: compiled at first use instead, the first round waited as long as the slowest party compiled,
+    with every party's log saying it waited for another. Nothing happens without the mode.
+    """
+    if secure.input_bound != TWO_VERIFIERS:
+        return
+    started = time.perf_counter()
+    field.compile_kernels()
+    logger.info(
+        "%s: the bounded sum's arithmetic is ready (compiled or loaded in %.1f s, before the first round)",
+        party,
+        time.perf_counter() - started,
     )
 
 
