@@ -109,8 +109,8 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         type=Path,
         action="append",
         metavar="TOML",
-        help="a collaborator.toml or the plan.toml on this machine to name the new manifest in (repeatable; "
-        'writes manifest = "PATH", relative to its folder)',
+        help="a collaborator.toml, the plan.toml or an auditor.toml on this machine to name the new manifest in "
+        '(repeatable; writes manifest = "PATH", relative to its folder)',
     )
     pin.set_defaults(handler=_pin_command)
     renew = commands.add_parser(
@@ -142,5 +142,5 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         help="which check the plan's secure sums get (re-summed by every site, or tags alone) for its model size "
         "and roster",
     )
-    show.add_argument("plan", type=Path, help="the aggregator's plan.toml")
+    show.add_argument("--plan", type=Path, required=True, help="the aggregator's plan.toml")
     show.set_defaults(handler=_show_command)

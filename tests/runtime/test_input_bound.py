@@ -84,7 +84,7 @@ def test_off_by_default_and_absent_from_what_is_shared_and_pinned() -> None:
 
 
 def test_plan_show_states_the_input_bound_in_force(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["plan", "show", str(PLAN_TEMPLATE)]) == 0
+    assert cli.main(["plan", "show", "--plan", str(PLAN_TEMPLATE)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == input_bound_line(plan.load_aggregator_plan(PLAN_TEMPLATE).secure_aggregation), out
 
