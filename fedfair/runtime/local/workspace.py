@@ -12,6 +12,7 @@ from typing import Any
 from fedfair import pki
 from fedfair.pki.roster import PlanPin, Roster, pins_from_folders, write_manifest
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, shared_content
+from fedfair.runtime.plan.input_bound import TWO_VERIFIERS
 
 
 def free_port() -> int:
@@ -52,6 +53,8 @@ class Workspace:
     configs: dict[str, Path]
     output: Path
     address: str
+    auditor: Path | None = None
+    """The auditor's auditor.toml where the plan bounds every input (two verifiers); None otherwise."""
 
 
 def site_names(count: int) -> list[str]:
@@ -68,6 +71,7 @@ def make_workspace(
     port: int | None = None,
     device: str = "cpu",
     manifest: bool = False,
+    auditor: str | None = None,
 ) -> Workspace:
     """Certificates, a plan and one config per collaborator under `root`.
 
@@ -75,14 +79,20 @@ def make_workspace(
     `data` per collaborator name replaces its [data] section (default: part i of
     Adult split by race). With `manifest`, a federation manifest (`manifest.toml`) pins
     every certificate and the plan, as careful institutions run: the plan and every
-    config name it, its min_round_size is the plan's quorum.
+    config name it, its min_round_size is the plan's quorum. `auditor` (with `manifest`) names the auditor
+    institution of the two-verifier input bound: the plan declares the mode, the manifest pins its certificate, and
+    its folder holds its ``auditor.toml``.
     """
+    if auditor is not None and not manifest:
+        raise ValueError("an auditor is pinned by the manifest: pass manifest=True with it")
     root.mkdir(parents=True, exist_ok=True)
     certs = root / "certs"
     pki.init_ca(certs)
     pki.issue(certs, "aggregator", "aggregator", hosts=["localhost", "127.0.0.1"])
     for name in names:
         pki.issue(certs, "collaborator", name)
+    if auditor is not None:
+        pki.issue(certs, "auditor", auditor)
     address = f"127.0.0.1:{port or free_port()}"
     output = root / "aggregator" / "output"
     sections: dict[str, dict[str, Any]] = {
@@ -91,6 +101,8 @@ def make_workspace(
     }
     for section, values in (plan or {}).items():
         sections.setdefault(section, {}).update(values)
+    if auditor is not None:
+        sections.setdefault("secure_aggregation", {}).update(input_bound=TWO_VERIFIERS, auditor=auditor)
     sources = {
         name: (data or {}).get(name, {"dataset": "adult", "partition": "race", "index": index})
         for index, name in enumerate(names)
@@ -129,7 +141,13 @@ def make_workspace(
             config["collaborator"]["manifest"] = str(manifest_path)
         configs[name] = folder / "collaborator.toml"
         configs[name].write_text(toml_text(config))
-    return Workspace(root, certs, plan_path, configs, output, address)
+    auditor_config = None
+    if auditor is not None:
+        auditor_config = root / auditor / "auditor.toml"
+        auditor_config.parent.mkdir(parents=True, exist_ok=True)
+        settings = {"name": auditor, "aggregator": address, "manifest": str(manifest_path), "folder": "."}
+        auditor_config.write_text(toml_text({"auditor": settings, "certificates": {"dir": str(certs)}}))
+    return Workspace(root, certs, plan_path, configs, output, address, auditor_config)
 
 
 def declared_sizes(sources: Mapping[str, Mapping[str, Any]], seed: int) -> dict[str, int] | None:

@@ -147,7 +147,7 @@ def check_bounded_round(
     largest = max(weights, default=0.0)  # the largest weight gives the largest bound
     if largest <= 0 or _fits(update_norm, largest, fractional_bits):
         return
-    fitting = next((bits for bits in range(fractional_bits - 1, -1, -1) if _fits(update_norm, largest, bits)), None)
+    fitting = largest_fractional_bits(update_norm, largest, fractional_bits - 1)
     if noised or fitting is None:
         fix = (
             "lower update_norm (the noise's bits follow from one record's sensitivity)"
@@ -162,6 +162,14 @@ def check_bounded_round(
         f"bounded round's field at {bits} fractional_bits = {fractional_bits} (its squared bound must "
         f"stay below about 2^50 in the encoded scale); {fix}"
     )
+
+
+def largest_fractional_bits(update_norm: float, weight: float, at_most: int) -> int | None:
+    """The most fractional bits, up to `at_most`, at which the proof's field holds `update_norm` x `weight`.
+
+    None: not even at 0 bits.
+    """
+    return next((bits for bits in range(at_most, -1, -1) if _fits(update_norm, weight, bits)), None)
 
 
 def _fits(update_norm: float, weight: float, fractional_bits: int) -> bool:
