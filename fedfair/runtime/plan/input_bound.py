@@ -123,6 +123,31 @@ def prepare_verification(secure: InputBound, party: str) -> None:
     )
 
 
+def bounded_check_lines(trained_noise: bool) -> list[str]:
+    """What ``fedfair plan show`` says of the check a bounded training sum gets, in place of the masked round's.
+
+    `trained_noise`: the plan adds training noise inside the sum ([privacy] mode = "distributed"), so a void round's
+    inputs are not sent again. docs/security.md, "Bounded inputs (two verifiers)", "The verified total".
+    """
+    if trained_noise:
+        leaver = "the next round applies without it (each round's inputs are trained afresh)"
+    else:
+        leaver = (
+            "its input is in the total that was formed, so the next round on the same model waits once for it and "
+            "is void naming it if it does not return: one that never returns keeps the model as it is for the rest "
+            "of the federation"
+        )
+    return [
+        "training sums: bounded sums, each checked by every accepted site's tags of its own share and the auditor's "
+        "tags of its total; no site re-sums the shares, so the check is sound against the aggregator alone, not "
+        "against a colluding site (the model still moves no further than the plan's sum bound)",
+        f"a site that leaves after sharing and before its tags voids that round (the total cannot be checked "
+        f"without them); {leaver}; "
+        "a site lost after its tags costs no round",
+        "evaluation sums: masked, as without the input bound",
+    ]
+
+
 def check_bounded_round(
     secure: InputBound,
     update_norm: float,

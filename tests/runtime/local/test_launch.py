@@ -24,6 +24,7 @@ import pytest
 
 from fedfair.core.errors import ConfigError
 from fedfair.datasets import load_dataset, partition
+from fedfair.cli.status import describe
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.config import load_collaborator_config
@@ -40,6 +41,7 @@ from fedfair.runtime.local.builtin import (
 from fedfair.runtime.local.launch import launch_folder, launch_workspace, remove_ca_key, run_launch
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.new_federation import default_max_colluding
+from fedfair.runtime.observe.status import federation_state
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 from fedfair.runtime.plan.template_base import Federation
 from fedfair.runtime.plan.templates import render_plan
@@ -351,3 +353,7 @@ def test_launch_input_bound_runs_every_round_bounded_with_an_auditor_process(tmp
     )
     seconds = [record["seconds"] for record in log]
     assert seconds[0] <= 3 * statistics.median(seconds[1:]) + 1.0, seconds
+    # The status and the report say it too, naming the auditor.
+    said = f"input bound on: every training update proven within its bound to the aggregator and the auditor {AUDITOR}"
+    assert said in describe(federation_state(kept / "aggregator" / "output"))
+    assert said in (kept / "aggregator" / "output" / "report.html").read_text()
