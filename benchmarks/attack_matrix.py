@@ -65,6 +65,9 @@ code), so what holds, holds against code that is not ours:
   the colluder's masked input moved to match: every site re-sums and refuses round 1 (FORGED);
 - leaving (``benchmarks/attacks/leaving.py``, issue 79): a site killed before its VERIFY upload under
   distributed noise: its round aborts, every later one applies without it;
+- a bounded total of one site (``benchmarks/attacks/bounded_floor.py``, issue 93): the aggregator keeps only
+  site-a's upload under the two-verifier input bound: the auditor refuses to total it (BELOW_FLOOR), and without the
+  auditor's floor every site refuses the record; no round applies;
 - full disk (``benchmarks/attacks/full_disk.py``, issue 65): a collaborator's workspace, a tmpfs, filled while it
   runs: exit 2 naming the disk, its records whole, and the same command with room rejoining (skipped, with the
   reason, where no tmpfs can be mounted);
@@ -103,6 +106,7 @@ from typing import Any
 
 import torch
 from published import provenance, publish
+from attacks.bounded_floor import bounded_floor_rows
 from attacks.broken_chain import broken_chain_rows
 from attacks.cheating import equivocation_row, sybil_rows
 from attacks.colluding_survivor import colluding_survivor_rows
@@ -149,6 +153,7 @@ SCENARIOS = (
     "figures",
     "colluding",
     "leaving",
+    "bounded",
 )
 
 
@@ -235,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         runs["figures"] = lambda where: forged_figures_rows(where, book)  # issue 79: forged evaluation figures
         runs["colluding"] = lambda where: colluding_survivor_rows(where, book)  # issue 79: a colluder's forged sums
         runs["leaving"] = lambda where: leaving_rows(where, book)  # issue 79: one party leaving mid-round
+        runs["bounded"] = lambda where: bounded_floor_rows(where, book)  # issue 93: a total of one site's upload
         for name in chosen:
             print(f"attack matrix: {name} ...", file=sys.stderr, flush=True)
             first = len(book.rows)

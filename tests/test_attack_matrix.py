@@ -91,6 +91,7 @@ CONSENT_CLASSES = {
     "forged evaluation sum": 1,
     "forged evaluation figure": 1,
     "colluding survivor": 1,
+    "bounded floor": 2,
 }
 """The consent, influence, record and plan scenarios' row classes (each row's attack text starts with its class
 word) and how many rows each."""
@@ -221,6 +222,7 @@ QUICK_GROUPS: dict[str, tuple[tuple[str, ...], dict[str, int], int]] = {
         2,
     ),
     "colluding": (("colluding",), {"colluding survivor": CONSENT_CLASSES["colluding survivor"]}, 1),
+    "bounded": (("bounded",), {"bounded floor": CONSENT_CLASSES["bounded floor"]}, 2),
     "waits": (("waits",), {}, 2),
     "record": (
         ("record",),

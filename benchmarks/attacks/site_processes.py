@@ -44,15 +44,25 @@ class SiteRun:
     seconds: float
 
 
-def run_sites(workspace: Workspace, adjust: Callable[[RoundLoop], None], seconds: float = SITE_SECONDS) -> SiteRun:
+def run_sites(
+    workspace: Workspace,
+    adjust: Callable[[RoundLoop], None],
+    seconds: float = SITE_SECONDS,
+    beside: Mapping[str, list[str]] | None = None,
+) -> SiteRun:
     """The federation of `workspace` (its sites THREE) under the aggregator whose loop `adjust` rewrites.
 
-    Each site is waited for up to `seconds` stretched by the load, counted from its start.
+    Each site is waited for up to `seconds` stretched by the load, counted from its start. `beside`: name -> command
+    of more processes the federation needs (an auditor), started with the sites and killed once they exited; their
+    lines are kept under their names too.
     """
     plan = load_aggregator_plan(workspace.plan)
     started = time.monotonic()
     aggregator = LoopAggregator(plan, None, adjust)
     sink = io.StringIO()
+    others = {
+        name: Child(name, command, env=child_environment(None), sink=sink) for name, command in (beside or {}).items()
+    }
     sites = {
         name: Child(name, collaborator_command(workspace, name), env=child_environment(None), sink=sink)
         for name in THREE
@@ -66,10 +76,11 @@ def run_sites(workspace: Workspace, adjust: Callable[[RoundLoop], None], seconds
             except subprocess.TimeoutExpired:
                 statuses[name] = None
     finally:
-        for site in sites.values():
-            site.kill()
+        for child in (*others.values(), *sites.values()):
+            child.kill()
         aggregator.stop()
-    return SiteRun(statuses, {name: site.lines for name, site in sites.items()}, time.monotonic() - started)
+    lines = {name: child.lines for name, child in (*sites.items(), *others.items())}
+    return SiteRun(statuses, lines, time.monotonic() - started)
 
 
 def wait_while_sites_run(aggregator: Child, sites: Mapping[str, Child], seconds: float) -> int | None:

@@ -236,18 +236,21 @@ class VerifyReason(enum.Enum):
     NEXT_MODEL = "the model sent is not the plan's server step applied to the sums this party verified"
     INITIAL_MODEL = "the model sent for round 1 is not the plan's initial model, built from its seed and architecture"
     OUT_OF_BOUNDS = "the model sent is made of a verified sum that breaks the plan's bounds (clip box, update_norm)"
+    BELOW_FLOOR = "the aggregate covers fewer inputs than the plan's threshold, so it would reveal too few sites' sum"
 
 
 class VerificationError(ProtocolError):
     """A party refused the aggregate it was given: it could not verify it as the sum of the signed survivors' inputs.
 
-    ``round`` names the round and ``reason`` (a :class:`VerifyReason`) the cause; nothing of the round may be applied.
+    ``round`` names the round, ``reason`` (a :class:`VerifyReason`) the cause and ``detail`` what was seen; nothing of
+    the round may be applied.
     """
 
     def __init__(self, round_number: int, reason: VerifyReason, detail: str) -> None:
         super().__init__(f"round {round_number}: aggregate refused ({reason.name}): {reason.value}; {detail}")
         self.round = round_number
         self.reason = reason
+        self.detail = detail
 
 
 class PrivacyWarning(UserWarning):

@@ -346,7 +346,7 @@ def round_setup(
 
     The session is the parameters' digest; the bound is [influence] update_norm and each site's weight its plan
     weight (:meth:`InfluenceSettings.weight_of`); `keys` are the identity keys (:func:`relayed_keys`).
-    `identity_key` is the aggregator's, for its server; None elsewhere. `noise_mu`: the auditor's noise, which every
+    `identity_key` is the aggregator's, for its server; None elsewhere. `noise_mu`: each verifier's noise, which every
     party derives from the plan (:func:`~fedfair.runtime.plan.bounded_noise.bounded_noise_mu`).
     """
     return RoundSetup(

@@ -91,7 +91,7 @@ class RoundSetup:
     identity_key: this runner's own identity key where its server signs (the aggregator's), else None.
     public: the round's public parameters as the runner states them (the first stage's input); the bounded sum's
         server sends them to every site with the auditor's key.
-    noise_mu: the Skellam parameter the bounded sum's auditor adds to its total, from the plan (0: no DP).
+    noise_mu: the Skellam parameter each verifier of the bounded sum adds to its total, from the plan (0: no DP).
     """
 
     verify: CredentialVerifier

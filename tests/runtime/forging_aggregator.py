@@ -1,5 +1,5 @@
-"""A forging aggregator process: ``python forging_aggregator.py PLAN ROUND [sum|model|evaluation|initial|bounded]``:
-attacks that verification stops.
+"""A forging aggregator process: ``python forging_aggregator.py PLAN ROUND [sum|model|evaluation|initial|bounded|
+one-share|one-share-to-all]``: attacks that verification stops.
 
 It runs the real aggregator (``fedfair aggregator start --plan PLAN``) rewritten for training round ROUND.
 ``sum`` (the default): the unmasked sum has a word moved before it is decoded, so the model it applies is not
@@ -10,8 +10,11 @@ flipped (theta negated) before it is sent for round ROUND + 1. ``evaluation``: a
 sums of round ROUND (the report's figures). ``initial``: round 1's model is the plan's initial model with +1.0 on
 its first weight (a backdoor; ROUND is ignored). ``bounded``: under a two-verifier input bound, the aggregator's
 share-sum of round ROUND's bounded sum has a coordinate moved before it claims it in its verdict record (and applies
-it), and its own check of the sites' tags is skipped. Used by tests/runtime/test_verified_sums.py and
-tests/runtime/test_bounded_processes.py.
+it), and its own check of the sites' tags is skipped. ``one-share``: under a two-verifier input bound, the aggregator
+keeps only site-a's SHARE upload of every round (the others' are dropped unread), so the auditor is asked to total
+site-a alone. ``one-share-to-all``: as ``one-share``, with its own floor on the inputs a total covers removed, and the
+verdict record sent to every site (the dropped ones too), so that each site's own check is what stands. Used by
+tests/runtime/test_verified_sums.py and tests/runtime/test_bounded_processes.py.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ import numpy as np
 from fedfair.runtime.contract import BOUNDED_TRAINING, EVALUATION, TRAINING, Stages, session_round
 from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded import server as bounded_server
+from fedfair.secagg.bounded.context import BoundedContext
+from fedfair.secagg.bounded.record import VerdictRecord
+from fedfair.secagg.bounded.upload import LeaderUpload, SealedSeed
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import RoundVerifier
 from fedfair.secagg.server import AggregateResult, Server
@@ -75,6 +81,32 @@ def forge_bounded(round_number: int) -> None:
     setattr(bounded_server, "tags_add_up", relayed_anyway)  # noqa: B010
 
 
+def keep_one_share(*, to_all: bool) -> None:
+    """Rewrite the aggregator's verifier to keep only site-a's share each round; with `to_all`, to form and send a
+    total below the floor too (its own floor removed, the record sent to every site).
+
+    The rewrites are of :class:`RoundVerifier`, whose methods the server looks up at each call (the round's
+    declaration holds the server's own methods as they were imported).
+    """
+    receive_upload, record = RoundVerifier.receive_upload, RoundVerifier.record
+
+    def kept_if_site_a(verifier: RoundVerifier, upload: LeaderUpload | SealedSeed) -> None:
+        if upload.party == min(verifier.context.parties):  # site-a, the roster's first; the others' dropped unread
+            receive_upload(verifier, upload)
+
+    setattr(RoundVerifier, "receive_upload", kept_if_site_a)  # noqa: B010 -- the rewrite is the attack
+    if not to_all:
+        return
+
+    def to_every_site(verifier: RoundVerifier) -> VerdictRecord:
+        made = record(verifier)
+        verifier.present = verifier.context.parties  # whom the server sends the record to: every site
+        return made
+
+    setattr(BoundedContext, "check_floor", lambda _context, _accepted, _who: None)  # noqa: B010
+    setattr(RoundVerifier, "record", to_every_site)  # noqa: B010
+
+
 def flip(round_number: int) -> None:
     """Rewrite the server step so the model made of `round_number`'s (true, verified) sum is sent negated."""
     apply = FedSRCVaR.server_apply
@@ -115,6 +147,8 @@ if __name__ == "__main__":
         backdoor_initial()
     elif sys.argv[3:] == ["bounded"]:
         forge_bounded(forged_round)
+    elif sys.argv[3:] in (["one-share"], ["one-share-to-all"]):
+        keep_one_share(to_all=sys.argv[3] == "one-share-to-all")
     else:
         forge(forged_round, EVALUATION if sys.argv[3:] == ["evaluation"] else TRAINING)
     sys.exit(main(["aggregator", "start", "--plan", plan]))

@@ -1,7 +1,7 @@
-"""Distributed DP under the two-verifier input bound (issue 80): the auditor adds the noise, each site charges it.
+"""Distributed DP under the two-verifier input bound (issue 80): each verifier adds the noise, each site charges it.
 
-The noise is the masked round's whole noise for the same plan, so each bounded round a site takes part in is
-charged exactly what a masked DP round of that plan charges. As processes: an aggregator, three sites and
+Each verifier's noise is the masked round's whole noise for the same plan (issue 93: what either verifier alone faces),
+so each bounded round a site takes part in is charged exactly what a masked DP round of that plan charges. As processes: an aggregator, three sites and
 `fedfair auditor start` apply both rounds, and each site's ledger holds both rounds' entries.
 """
 
@@ -53,7 +53,7 @@ def test_each_bounded_round_is_charged_what_a_masked_round_of_the_plan_charges(
     tmp_path: Path,
     federation: Path,  # noqa: F811
 ) -> None:
-    """R bounded rounds spend the accountant's epsilon of R steps at the auditor's mu, as R masked rounds do.
+    """R bounded rounds spend the accountant's epsilon of R steps at one verifier's mu, as R masked rounds do.
 
     Computed directly: R steps of the calibrated release, delta less R rounds' shares of the add-on; to 1e-9
     relative (the ledger sums the add-on term by term).
@@ -91,7 +91,8 @@ def test_a_bounded_dp_federation_applies_its_rounds_and_each_site_charges_them(
         noise, _ = loaded.training_noise(len(NAMES), int(entries[0]["rounding"]))  # type: ignore[call-overload]
         assert all(entry["mu"] == noise.release.mu for entry in entries), entries
         assert ledger.spent(loaded.privacy.delta) == pytest.approx(exact_epsilon(loaded, noise, ROUNDS), rel=1e-9)
-    # The sum carries the auditor's Skellam(mu) alone: std sqrt(2 mu) in the encoded scale, over the total weight.
+    # The sum carries each verifier's Skellam(mu), the charge each alone faces (issue 93): std sqrt(2 x 2 mu) in the
+    # encoded scale, over the total weight.
     weight = sum(loaded.influence.weight_of(name, loaded.batch_fraction) for name in NAMES)
-    std = (2 * noise.release.mu) ** 0.5 * 2.0**-noise.fractional_bits / weight
+    std = (2 * 2 * noise.release.mu) ** 0.5 * 2.0**-noise.fractional_bits / weight
     assert all(record["mean_update_noise_std"] == pytest.approx(std, rel=1e-9) for record in log), log

@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 
-from fedfair import pki
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.chain_record import CHAIN_SUFFIX, read_anchor
 from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
@@ -35,14 +34,14 @@ from fedfair.runtime.local.processes import (
     start_aggregator,
     start_collaborator,
 )
-from fedfair.runtime.local.workspace import Workspace, toml_text, write_pinned_manifest
-from fedfair.runtime.plan.input_bound import TWO_VERIFIERS
-from tests.runtime.harness import Processes, eventually, new_workspace
+from fedfair.runtime.local.workspace import Workspace, make_workspace
+from tests.runtime.harness import Processes, eventually, plan_sections
 from tests.runtime.test_verified_sums import FORGER
 
 NAMES = ("site-a", "site-b", "site-c")
 AUDITOR = "audit-co"
 ROUNDS = 2
+LENIENT_AUDITOR = Path(__file__).with_name("lenient_auditor.py")
 
 
 def bounded_workspace(root: Path, **sections: Mapping[str, Any]) -> Workspace:
@@ -51,39 +50,28 @@ def bounded_workspace(root: Path, **sections: Mapping[str, Any]) -> Workspace:
     fractional_bits 12: the workspace's declared weights (each site's batch) times update_norm, at 2^12, keep each
     bound within the proof's field. `sections` are more of the plan's (a quorum's timeout, privacy).
     """
-    workspace = new_workspace(
-        root,
-        NAMES,
+    plan = plan_sections(
         **{
             "training": {"rounds": ROUNDS, "local_steps": 1},
             "quorum": {"min_collaborators": 2},
             "secure_aggregation": {"fractional_bits": 12},
             **sections,
-        },
+        }
     )
-    pki.issue(workspace.certs, "auditor", AUDITOR)
-    manifest = root / "manifest.toml"
-    plan = tomllib.loads(workspace.plan.read_text())
-    plan["secure_aggregation"].update(input_bound=TWO_VERIFIERS, auditor=AUDITOR)
-    plan["aggregator"]["manifest"] = str(manifest)
-    workspace.plan.write_text(toml_text(plan))
-    write_pinned_manifest(manifest, workspace.plan, workspace.certs)
-    for config in workspace.configs.values():
-        site = tomllib.loads(config.read_text())
-        site["collaborator"]["manifest"] = str(manifest)
-        config.write_text(toml_text(site))
-    return workspace
+    return make_workspace(root, NAMES, plan=plan, manifest=True, auditor=AUDITOR)
 
 
-def start_auditor(processes: Processes, workspace: Workspace, env: Mapping[str, str] | None = None) -> Child:
+def start_auditor(
+    processes: Processes, workspace: Workspace, *, lenient: bool = False, env: Mapping[str, str] | None = None
+) -> Child:
     """`fedfair auditor start` with the auditor's certificate, the manifest and the aggregator's address.
 
-    `env` adds to its environment."""
+    `lenient`: the auditor without its floor on the inputs a total covers (tests/runtime/lenient_auditor.py);
+    `env` adds to its environment.
+    """
     certs = workspace.certs
     command = [
-        *FEDFAIR_COMMAND,
-        "auditor",
-        "start",
+        *([sys.executable, str(LENIENT_AUDITOR)] if lenient else [*FEDFAIR_COMMAND, "auditor", "start"]),
         "--cert",
         str(certs / f"{AUDITOR}.crt"),
         "--key",
@@ -151,7 +139,7 @@ def test_the_first_round_compiles_nothing_and_costs_about_a_later_one(tmp_path: 
     workspace = bounded_workspace(tmp_path, training={"rounds": rounds, "local_steps": 1})
     aggregator = start_aggregator(workspace, env=env, sink=processes.log)
     processes.children.append(aggregator)
-    start_auditor(processes, workspace, env)
+    start_auditor(processes, workspace, env=env)
     for name in NAMES:
         processes.children.append(start_collaborator(workspace, name, env=env, sink=processes.log))
     processes.finish(aggregator, timeout=600)
@@ -238,3 +226,59 @@ def test_a_liar_is_excluded_and_named_at_its_first_round_and_the_others_rounds_a
         (liars,) = {OutcomeRecord(path, 0).liars for path in folder.glob(f"{name}.*.{OUTCOME_SUFFIX}")}
         assert [(entry.round, entry.party, entry.record_sha256) for entry in liars] == [(1, liar, digest)], liars
         assert "norm" in liars[0].reasons and (folder / liars[0].kept).exists(), liars
+
+
+def one_share_aggregator(processes: Processes, workspace: Workspace, attack: str) -> Child:
+    """The forging aggregator keeping only site-a's share every round (`attack`: one-share or one-share-to-all)."""
+    aggregator = Child(
+        "aggregator",
+        [sys.executable, str(FORGER), str(workspace.plan), "1", attack],
+        env=child_environment(),
+        sink=processes.log,
+        watch="listening on port",
+    )
+    processes.children.append(aggregator)
+    assert aggregator.seen.wait(120) and aggregator.process.poll() is None, processes.tail()
+    return aggregator
+
+
+@pytest.mark.slow
+def test_an_aggregator_that_keeps_one_sites_share_gets_no_total_from_the_auditor(
+    tmp_path: Path, processes: Processes
+) -> None:
+    """Issue 93: the aggregator keeps only site-a's share (threshold 2 of 3): the auditor withdraws at TOTAL naming the
+    round and the floor, so no sum of site-a alone is formed, no site is sent a record, and no round is applied."""
+    workspace = bounded_workspace(tmp_path)
+    one_share_aggregator(processes, workspace, "one-share")
+    auditor = start_auditor(processes, workspace)
+    sites = {name: processes.collaborator(workspace, name) for name in NAMES}
+    refused = "round 1 STAGE_BOUNDED_TOTAL: withdrawing from the round: BELOW_FLOOR"
+    assert eventually(lambda: any(refused in line for line in auditor.lines), 240), processes.tail()
+    said = next(line for line in auditor.lines if refused in line)
+    assert "covers 1 accepted input(s)" in said and "fewer than the plan's threshold of 2" in said, said
+    for name, site in sites.items():
+        assert site.wait(300) != 0, (name, processes.tail())
+    assert not [record for record in read_round_log(workspace.output) if record["status"] == "applied"]
+
+
+@pytest.mark.slow
+def test_a_total_of_one_sites_share_signed_by_a_lenient_auditor_is_refused_by_every_site(
+    tmp_path: Path, processes: Processes
+) -> None:
+    """Issue 93: the aggregator keeps only site-a's share, drops its own floor and sends the record to every site, and
+    the auditor signs without its floor: each site's own check refuses the record (BELOW_FLOOR, exit 2) naming
+    round 1, tags nothing and applies nothing."""
+    workspace = bounded_workspace(tmp_path)
+    one_share_aggregator(processes, workspace, "one-share-to-all")
+    start_auditor(processes, workspace, lenient=True)
+    sites = {name: processes.collaborator(workspace, name) for name in NAMES}
+    for name, site in sites.items():
+        assert site.wait(240) == 2, (name, processes.tail())
+        said = "\n".join(site.lines)
+        assert "aggregate-refused: round 1:" in said and "BELOW_FLOOR" in said, (name, said[-3000:])
+        assert "covers 1 accepted input(s)" in said and "threshold of 2" in said, (name, said[-3000:])
+        folder = workspace.configs[name].parent
+        (record,) = (OutcomeRecord(path, 0) for path in folder.glob(f"{name}.*.{OUTCOME_SUFFIX}"))
+        assert record.refusal is not None and (record.refusal.round, record.refusal.reason) == (1, "BELOW_FLOOR")
+        assert not any(folder.glob("*model_bundle*")), name  # it keeps no model of this federation
+    assert not [record for record in read_round_log(workspace.output) if record["status"] == "applied"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedfair.core.errors import IdentityError, ProtocolError
+from fedfair.core.errors import IdentityError, ProtocolError, VerificationError
 from fedfair.runtime.auditor.config import AuditorConfig, AuditorIdentity
 from fedfair.runtime.auditor.totals import FirstTotals, NoiseKeys, TotalledRound
 from fedfair.runtime.contract import BOUNDED_TRAINING, RoundParameters, relayed_keys, round_setup
@@ -83,7 +83,8 @@ class AuditorRounds:
         Raises:
             ConfigError, IdentityError: the round's parameters do not fit this plan and manifest (AUDITOR_KEY).
             ProtocolError (AuthenticationError): the stage is none of the auditor's, its input is malformed or does
-                not hold up, or no round was begun.
+                not hold up, no round was begun, or (BELOW_FLOOR) the sites it would total are fewer than the plan's
+                threshold.
         """
         spec = BOUNDED_TRAINING.specs.get(binding.stage)
         if spec is None or spec.stage not in AUDITOR_STAGES:
@@ -96,7 +97,11 @@ class AuditorRounds:
                 raise ProtocolError(f"round {binding.round}'s auditor never made its round key: {spec.unready}")
             assert spec.received is not None  # every auditor stage but the first carries the aggregator's message
             received = spec.received(inputs)
-        message = spec.step(self.current.auditor, received, _not_asked)
+        try:
+            message = spec.step(self.current.auditor, received, _not_asked)
+        except VerificationError as error:
+            # The protocol names its session's round; the line that withdraws names the round itself.
+            raise ProtocolError(f"{error.reason.name}: {error.detail}") from None
         if spec.stage is BoundedStage.TOTAL:
             self._check_inputs_totalled_before(frozenset(map(self.current.config.name_of, message.accepted)))
             self.verified.append(binding.round)
@@ -131,7 +136,11 @@ class AuditorRounds:
             self.current = None
 
     def _begin(self, round_number: int, inputs: bytes) -> AuditedRound:
-        """AUDITOR_KEY: check the round's parameters, derive the round's parameters as every party does."""
+        """AUDITOR_KEY: check the round's parameters, derive the round's parameters as every party does.
+
+        Its threshold and collusion bound must be the plan's, since the floor on the sites a total covers follows from
+        them.
+        """
         parameters = RoundParameters.from_bytes(inputs)
         expected = (round_number, BOUNDED_TRAINING.kind, BOUNDED_ROUND.name, True)
         stated = (parameters.round, parameters.kind, parameters.protocol, parameters.secure)
@@ -139,6 +148,14 @@ class AuditorRounds:
             raise ProtocolError(
                 f"the round's parameters state round {parameters.round}, {parameters.kind!r}, {parameters.protocol!r}"
                 f" (secure: {parameters.secure}); the auditor verifies round {round_number}'s bounded training sum"
+            )
+        secure = self.shared.secure_aggregation
+        stated_floor = (parameters.threshold, parameters.max_colluding)
+        if stated_floor != (secure.threshold, secure.max_colluding):
+            raise ProtocolError(
+                f"the round's parameters state threshold {parameters.threshold} and max_colluding "
+                f"{parameters.max_colluding}, the plan {secure.threshold} and {secure.max_colluding}: the floor on the "
+                "sites a total covers follows from them, so the auditor verifies no round under others"
             )
         manifest = self.config.manifest
         strangers = sorted(set(parameters.parties) - manifest.collaborator_names)

@@ -132,8 +132,8 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
 
     Raises:
         VerificationError: the record does not hold up against both verifiers' signed evidence and the auditor's
-            signed total (FORGED), or is unreadable (MALFORMED): the aggregator misbehaves, and the process stops
-            rather than withdraw.
+            signed total (FORGED), is unreadable (MALFORMED), or accepts fewer sites than the plan's threshold
+            (BELOW_FLOOR): the aggregator misbehaves, and the process stops rather than withdraw.
         RefusedError: reason :attr:`Refusal.WITHDRAWN` when this site did not share this round, or the record names
             it a liar (its own proof failed: its update is not in the sum).
     """
@@ -151,6 +151,8 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
         ) from None
     try:
         findings: RoundFindings = site.check(record)
+    except VerificationError:
+        raise  # a total over fewer inputs than the floor: refused as it is named (BELOW_FLOOR)
     except (AuthenticationError, ProtocolError) as error:
         raise VerificationError(
             work.round, VerifyReason.FORGED, f"the verdict record does not hold up against its evidence: {error}"

@@ -79,19 +79,20 @@ def make_workspace(
     `data` per collaborator name replaces its [data] section (default: part i of
     Adult split by race). With `manifest`, a federation manifest (`manifest.toml`) pins
     every certificate and the plan, as careful institutions run: the plan and every
-    config name it, its min_round_size is the plan's quorum. `auditor` (with `manifest`) names the auditor
-    institution of the two-verifier input bound: the plan declares the mode, the manifest pins its certificate, and
-    its folder holds its ``auditor.toml``.
+    config name it, its min_round_size is the plan's quorum. With `auditor` (and `manifest`,
+    which must pin it), the plan declares the two-verifier input bound with that auditor,
+    whose certificate is issued beside the others, and its folder holds its ``auditor.toml``
+    (`fedfair auditor start --config` runs it).
     """
-    if auditor is not None and not manifest:
-        raise ValueError("an auditor is pinned by the manifest: pass manifest=True with it")
+    if auditor and not manifest:
+        raise ValueError(f"an auditor ({auditor!r}) is pinned by the federation's manifest: pass manifest=True")
     root.mkdir(parents=True, exist_ok=True)
     certs = root / "certs"
     pki.init_ca(certs)
     pki.issue(certs, "aggregator", "aggregator", hosts=["localhost", "127.0.0.1"])
     for name in names:
         pki.issue(certs, "collaborator", name)
-    if auditor is not None:
+    if auditor:
         pki.issue(certs, "auditor", auditor)
     address = f"127.0.0.1:{port or free_port()}"
     output = root / "aggregator" / "output"
@@ -101,7 +102,7 @@ def make_workspace(
     }
     for section, values in (plan or {}).items():
         sections.setdefault(section, {}).update(values)
-    if auditor is not None:
+    if auditor:
         sections.setdefault("secure_aggregation", {}).update(input_bound=TWO_VERIFIERS, auditor=auditor)
     sources = {
         name: (data or {}).get(name, {"dataset": "adult", "partition": "race", "index": index})
@@ -114,13 +115,13 @@ def make_workspace(
             sections["influence"] = {"weights": "declared", "sizes": sizes}
     plan_path = root / "aggregator" / "plan.toml"
     plan_path.parent.mkdir(parents=True, exist_ok=True)
-    plan_path.write_text(toml_text(sections))
     manifest_path = root / "manifest.toml"
+    if manifest:  # named before it is written: a plan with an auditor is read only beside its manifest
+        sections["aggregator"]["manifest"] = str(manifest_path)
+    plan_path.write_text(toml_text(sections))
     if manifest:
         colluding = int(sections.get("secure_aggregation", {}).get("max_colluding", 0))
         write_pinned_manifest(manifest_path, plan_path, certs, colluding)  # the bound the plan states
-        sections["aggregator"]["manifest"] = str(manifest_path)
-        plan_path.write_text(toml_text(sections))
     configs = {}
     for index, name in enumerate(names):
         folder = root / name
@@ -142,7 +143,7 @@ def make_workspace(
         configs[name] = folder / "collaborator.toml"
         configs[name].write_text(toml_text(config))
     auditor_config = None
-    if auditor is not None:
+    if auditor:
         auditor_config = root / auditor / "auditor.toml"
         auditor_config.parent.mkdir(parents=True, exist_ok=True)
         settings = {"name": auditor, "aggregator": address, "manifest": str(manifest_path), "folder": "."}

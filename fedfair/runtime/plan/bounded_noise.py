@@ -1,9 +1,10 @@
-"""Distributed DP under the two-verifier input bound: the auditor's noise and the bits the sites encode at.
+"""Distributed DP under the two-verifier input bound: each verifier's noise and the bits the sites encode at.
 
-Under ``input_bound = "two_verifiers"`` the sites' totals are checked (the aggregator's by tags, the auditor's by
-its signature), but a noise vector the aggregator added to its own total could not be checked by anyone, so the
-auditor alone adds the noise: Skellam(noise_mu) per coordinate on its signed total. noise_mu is the whole noise
-the accountant asks for, calibrated from the plan exactly as the masked round's total noise
+Under ``input_bound = "two_verifiers"`` each verifier adds Skellam(noise_mu) per coordinate to its own total (the
+auditor's bound by its tags, the aggregator's by the noise key its verdict record commits to), so that either
+verifier, which knows its own noise, still reads the sum under the other's. noise_mu is the whole noise the
+accountant asks for, charged once (what each verifier alone faces), calibrated from the plan exactly as the masked
+round's total noise
 (:meth:`~fedfair.runtime.plan.learning_settings.LearningSettings.training_noise`): the same sensitivity per
 record in the encoded scale, sampling, rounds and target. Every party derives it from the plan it holds, so
 none trusts another's number, and each site charges its ledger the same release a masked round's would.
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def bounded_noise_mu(settings: LearningSettings, collaborators: int, dimension: int) -> float:
-    """The Skellam parameter the auditor adds to its total (encoded scale); 0 without distributed DP.
+    """The Skellam parameter each verifier adds to its total (encoded scale); 0 without distributed DP.
 
     `collaborators`: the plan's roster's size; `dimension`: the update's values, as a masked round calibrates them.
     """

@@ -161,7 +161,7 @@ def check_bounded_round(
 
     Each site's bound, update_norm times its weight at the round's `fractional_bits`, must fit: the plan's, or with
     `noised` (distributed DP) the noise's (:func:`~fedfair.runtime.plan.bounded_noise.bounded_fractional_bits`),
-    which one record's sensitivity fixes. Training DP itself runs under the mode: the auditor adds the noise and
+    which one record's sensitivity fixes. Training DP itself runs under the mode: each verifier adds the noise and
     each site charges it.
 
     Raises:

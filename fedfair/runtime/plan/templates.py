@@ -223,7 +223,7 @@ max_weight = 1e6    # largest agreed weight (bounds the fixed-point range)
                     # two verifiers, the aggregator and `auditor`: a manifest institution (role
                     # "auditor") that neither aggregates nor trains, which a site may refuse
                     # (docs/security.md, "Bounded inputs"). Default "none". Under [privacy] mode =
-                    # "distributed" the auditor alone adds the training noise; evaluations stay masked
+                    # "distributed" each verifier adds training noise to its total; evaluations stay masked
 {maybe(bounded, f"auditor = {toml_string(federation.auditor or 'audit-co')}")}
 
 [privacy]

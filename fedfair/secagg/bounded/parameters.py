@@ -29,6 +29,7 @@ class BoundedParameters:
         (weights: site party id -> its influence weight; every site of the round).
     aggregator_key, auditor_key: the two verifiers' identity public keys.
     site_keys: site party id -> its identity public key, which signs its parts.
+    floor: the fewest accepted inputs a total may cover (:attr:`BoundedContext.floor`).
     """
 
     federation_id: str
@@ -41,6 +42,7 @@ class BoundedParameters:
     aggregator_key: ec.EllipticCurvePublicKey = field(compare=False)
     auditor_key: ec.EllipticCurvePublicKey = field(compare=False)
     site_keys: dict[int, ec.EllipticCurvePublicKey] = field(compare=False)
+    floor: int
     noise_mu: float = 0.0
 
     def __post_init__(self) -> None:
@@ -73,6 +75,7 @@ class BoundedParameters:
             aggregator_key=self.aggregator_key,
             auditor_key=self.auditor_key,
             auditor_cipher_key=auditor_cipher_key,
+            floor=self.floor,
             noise_mu=self.noise_mu,
         )
 
@@ -80,8 +83,10 @@ class BoundedParameters:
 def round_parameters(config: SecAggConfig, setup: RoundSetup) -> BoundedParameters:
     """The parameters of a round of `config` as every party derives them: the aggregator, the auditor, each site.
 
-    The round's roster, dimension and fixed point are the config's (its encoding's fractional bits); the session, the
-    bound, the weights, the identity keys and the auditor's noise are the runner's (:class:`RoundSetup`, from the plan, the manifest's
+    The round's roster, dimension and fixed point are the config's (its encoding's fractional bits), and so is the floor
+    on the inputs a total covers: the threshold t the masked round of the same config runs under (:attr:`SecAggConfig.t`,
+    from the plan's threshold and max_colluding, which each site checks against its own plan); the session, the
+    bound, the weights, the identity keys and the verifiers' noise are the runner's (:class:`RoundSetup`, from the plan, the manifest's
     pins and the certificates relayed with the round's public parameters).
 
     Raises:
@@ -110,5 +115,6 @@ def round_parameters(config: SecAggConfig, setup: RoundSetup) -> BoundedParamete
         aggregator_key=setup.keys[setup.aggregator],
         auditor_key=setup.keys[setup.auditor],
         site_keys={party: setup.keys[name] for party, name in sites.items()},
+        floor=config.t,
         noise_mu=setup.noise_mu,
     )

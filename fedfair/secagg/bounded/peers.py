@@ -71,7 +71,8 @@ class BoundedSite:
         """The site's own check of the verdict record (who is in the sum, who was excluded and why); kept for VERIFY.
 
         Raises:
-            AuthenticationError, ProtocolError: the record does not hold up (:func:`check_round_evidence`).
+            AuthenticationError, ProtocolError: the record does not hold up (:func:`check_round_evidence`); a
+                VerificationError (BELOW_FLOOR) when it accepts fewer sites than the floor.
         """
         if self._context is None:
             raise ProtocolError(f"party {self.party} was sent a verdict record before it shared its update")
@@ -115,6 +116,7 @@ class BoundedSite:
             digest,
             findings.accepted,
             record.total,
+            record.noise_commitment,
             tag_set,
             self.parameters.site_keys,
         )

@@ -21,6 +21,7 @@ from fedfair.core.errors import AuthenticationError, ProtocolError
 from fedfair.pki import identity
 from fedfair.secagg.bounded import field as prime_field
 from fedfair.secagg.bounded.context import BoundedContext
+from fedfair.secagg.bounded.exchange import COMMITMENT_BYTES
 from fedfair.secagg.bounded.shares import SEED_BYTES, HelperShare
 from fedfair.secagg.bounded.upload import LeaderUpload, helper_digest, leader_digest, statement
 from fedfair.secagg.bounded.verifier import Evidence, Role, Verdict, Verifier, VerifierMessage, check_evidence, decide
@@ -36,8 +37,10 @@ class VerdictRecord:
     accepted: the parties in the sum, in increasing order.
     excluded: party -> the reasons its proof failed, for each party left out of the sum.
     evidence: party -> both verifiers' signed messages, for every accepted and excluded party.
-    total: the total the aggregator applies (d elements): T = S + A mod p, the sum of the accepted parties' explicit
-        shares it holds (S) and the auditor's total over them (A, its noise included).
+    noise_commitment: the commitment to the key the aggregator's noise N was drawn from
+        (:func:`~fedfair.secagg.bounded.total.noise_commitment`); the key itself goes to the sites in VERIFY only.
+    total: the total the aggregator applies (d elements): T = S + N + A mod p, the sum of the accepted parties'
+        explicit shares it holds (S), its noise (N), and the auditor's total over them (A, its noise included).
     signature: the aggregator's identity signature over the rest, bound to the round's context.
     """
 
@@ -45,6 +48,7 @@ class VerdictRecord:
     accepted: tuple[int, ...]
     excluded: dict[int, tuple[str, ...]]
     evidence: dict[int, Evidence]
+    noise_commitment: bytes
     total: np.ndarray = field(compare=False)
     signature: bytes = b""
 
@@ -60,7 +64,7 @@ class VerdictRecord:
             item = self.evidence[party]
             writer.u32(party).blob(item.leader_message).blob(item.leader_signature)
             writer.blob(item.helper_message).blob(item.helper_signature)
-        writer.blob(np.ascontiguousarray(self.total, dtype="<u8").tobytes())
+        writer.blob(self.noise_commitment).blob(np.ascontiguousarray(self.total, dtype="<u8").tobytes())
         return b"fedfair bounded v1 verdict record\x00" + writer.getvalue()
 
     def is_signed(self, context: BoundedContext) -> bool:
@@ -97,9 +101,10 @@ class VerdictRecord:
             evidence[party] = Evidence(
                 reader.blob(), reader.blob(SIGNATURE_LIMIT), reader.blob(), reader.blob(SIGNATURE_LIMIT)
             )
+        noise_commitment = reader.blob(COMMITMENT_BYTES)
         total = _elements(reader.blob())
         reader.finish()
-        return cls(query_seed, accepted, excluded, evidence, total, signature)
+        return cls(query_seed, accepted, excluded, evidence, noise_commitment, total, signature)
 
 
 def sign_record(context: BoundedContext, key: ec.EllipticCurvePrivateKey, record: VerdictRecord) -> VerdictRecord:
@@ -127,6 +132,8 @@ def check_round_evidence(context: BoundedContext, record: VerdictRecord) -> Roun
         ProtocolError: a verdict does not follow from its evidence, a party is both accepted and excluded, or
             a decided party has no evidence (the aggregator's record is false; the error names the party).
         ProtocolError: the record's total is not d elements.
+        VerificationError: BELOW_FLOOR, the record accepts fewer parties than the context's floor (a total of them
+            would show their sum, one site's input where it accepts one).
     """
     if not record.is_signed(context):
         raise AuthenticationError("the verdict record is not signed by the aggregator for this round")
@@ -160,6 +167,7 @@ def check_round_evidence(context: BoundedContext, record: VerdictRecord) -> Roun
             liars[party] = verdict.reasons
     if record.total.shape != (context.dimension,):
         raise ProtocolError(f"the verdict record's total is not {context.dimension} field elements")
+    context.check_floor(tuple(sorted(record.accepted)), "this site tags no total of them and applies nothing")
     return RoundFindings(tuple(sorted(record.accepted)), liars)
 
 

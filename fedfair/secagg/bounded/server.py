@@ -11,9 +11,12 @@ import math
 from collections.abc import Mapping
 
 import numpy as np
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fedfair.core.errors import AuthenticationError, ConfigError, ProtocolError
+from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.exchange import AuditorTotal, Commitments, Reveal, Roster, SeedReveal
 from fedfair.secagg.bounded.messages import Encoded, Exchange, SeedRelay, ShareOpening, SignedRoundKey, SiteShare
@@ -23,10 +26,29 @@ from fedfair.secagg.bounded.total import SignedTags, TagSet, record_digest, tags
 from fedfair.secagg.bounded.upload import SealedSeed
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import BoundedSum, RoundVerifier
+from fedfair.secagg.codec import Writer
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import Decoded
 from fedfair.secagg.server_state import AggregateResult
 from fedfair.secagg.round import Opening, RoundSetup
+
+
+VERIFIERS = 2
+"""The verifiers that each add Skellam(noise_mu) to the total: the aggregator and the auditor."""
+
+
+def noise_key_of(identity_key: ec.EllipticCurvePrivateKey, config: SecAggConfig) -> bytes:
+    """The key the aggregator's noise for the round of `config` is drawn from.
+
+    HKDF-SHA256 of its identity key's secret over the round's name (federation, session round, the model it trains,
+    `config.context`). A round run again on the same model gets the same key, so the auditor, which is sent each
+    run's verdict record, cannot average two draws; nobody without the aggregator's key can tell the noise before
+    the sites are told it.
+    """
+    name = Writer().text(config.federation_id).u64(config.round).blob(config.context).getvalue()
+    secret = identity_key.private_numbers().private_value.to_bytes(32, "big")
+    derived = HKDF(hashes.SHA256(), 32, salt=None, info=b"fedfair bounded v1 aggregator noise key\x00" + name)
+    return derived.derive(secret)
 
 
 class BoundedServer:
@@ -42,15 +64,18 @@ class BoundedServer:
         identity_key: ec.EllipticCurvePrivateKey,
         public: bytes = b"",
         names: Mapping[int, str] | None = None,
+        noise_key: bytes | None = None,
     ) -> None:
         """``identity_key``: the aggregator's, whose public half is ``parameters.aggregator_key``.
 
         ``public``: the round's public parameters as the runner states them, sent to every site with the round key.
         ``names``: each party's name, for the reasons an operator reads (None: parties are named by id).
+        ``noise_key``: what the aggregator's noise is drawn from (None: a fresh key; :func:`noise_key_of`).
         """
         self.parameters = parameters
         self._names = names or {}
         self._identity_key = identity_key
+        self._noise_key = noise_key
         self._public = public
         self._verifier: RoundVerifier | None = None
         self._round_key: SignedRoundKey | None = None
@@ -74,7 +99,8 @@ class BoundedServer:
                 "the bounded sum's server signs its verdict record: give it the aggregator's identity key"
             )
         names = {config.party_id(name): name for name in config.parties}
-        return cls(round_parameters(config, setup), setup.identity_key, setup.public, names)
+        parameters = round_parameters(config, setup)
+        return cls(parameters, setup.identity_key, setup.public, names, noise_key_of(setup.identity_key, config))
 
     @property
     def context(self) -> BoundedContext:
@@ -92,7 +118,9 @@ class BoundedServer:
         if self._verifier is not None:
             raise ProtocolError("the auditor sent its round key twice")
         context = self.parameters.context(signed.checked(self.parameters.auditor_key, self.parameters.binding))
-        self._verifier = RoundVerifier(context, Role.LEADER, self._identity_key, self.parameters.site_keys)
+        self._verifier = RoundVerifier(
+            context, Role.LEADER, self._identity_key, self.parameters.site_keys, noise_key=self._noise_key
+        )
         self._round_key = signed
 
     def open_shares(self) -> Opening:
@@ -181,7 +209,7 @@ class BoundedServer:
             untagged.append("the auditor")
         if untagged:
             return f"no tags of the bounded sum's total from {', '.join(untagged)}: nobody could check it"
-        if not tags_add_up(record_digest(self._record), self._total, self._tags):
+        if not tags_add_up(record_digest(self._record), field.subtract(self._total, self._leader.noise()), self._tags):
             return (
                 "the tags do not add up to this aggregator's total: a site tagged another share, or the auditor "
                 "another total"
@@ -189,13 +217,17 @@ class BoundedServer:
         return None
 
     def tag_set(self) -> Opening:
-        """Open VERIFY: every site that tagged is sent every accepted site's signed tags and the auditor's."""
-        tags = TagSet(tuple(self._tags[party] for party in sorted(self._tags)))
+        """Open VERIFY: every site that tagged is sent the tags and this verifier's noise key.
+
+        The tags are every accepted site's and the auditor's; the auditor, which tagged already, is sent nothing, so
+        it never learns the key.
+        """
+        tags = TagSet(tuple(self._tags[party] for party in sorted(self._tags)), self._leader.noise_key)
         return Opening(tuple(party for party in sorted(self._tags) if party != AUDITOR), tags)
 
     @property
     def outcome(self) -> BoundedSum:
-        """The sum of the accepted sites' updates and the auditor's noise, and who is in it and out."""
+        """The sum of the accepted sites' updates and both verifiers' noise, and who is in it and out."""
         if self._result is None:
             raise ProtocolError("the auditor's total has not arrived: the bounded sum is not finished")
         return self._result
@@ -206,8 +238,8 @@ class BoundedServer:
         The weighted sum is the accepted sites' updates (w times delta) in the update's units; the total weight is the
         sum of their plan weights, which are public, so no word of the sum carries it; each site's stochastic
         rounding moved each coordinate by under 2^-f. An update within update_norm w moves no coordinate of the mean
-        by more than update_norm, so that is its clip. The noise (the auditor's Skellam(noise_mu)) has variance
-        2 noise_mu in the encoded scale.
+        by more than update_norm, so that is its clip. The noise, each verifier's Skellam(noise_mu), has variance
+        2 noise_mu each, 4 noise_mu in all, in the encoded scale.
         """
         result = self.outcome
         scale = 2.0**-self.parameters.fractional_bits
@@ -216,7 +248,7 @@ class BoundedServer:
             total_weight=math.fsum(self.parameters.weights[party] for party in result.accepted),
             error_bound=len(result.accepted) * scale,
             clip=self.parameters.update_norm,
-            noise_std=math.sqrt(2.0 * self.parameters.noise_mu) * scale,
+            noise_std=math.sqrt(2.0 * VERIFIERS * self.parameters.noise_mu) * scale,
         )
         return AggregateResult(result.total, decoded, result.accepted, {}, self.culprits, {})
 

@@ -89,6 +89,8 @@ def simulate_bounded_round(
     missing_auditor_part: Collection[int] = (),
     noise_mu: float = 0.0,
     noise_key: bytes | None = None,
+    aggregator_noise_key: bytes | None = None,
+    floor: int = 2,
     clock: Callable[[], float] = time.perf_counter,
     forged_record: Callable[[VerdictRecord], VerdictRecord] | None = None,
     forged_tags: Callable[[TagSet], TagSet] | None = None,
@@ -101,7 +103,8 @@ def simulate_bounded_round(
     witnesses: per lying site, the witness it proves with (the honest one otherwise).
     missing_aggregator_part: sites whose SHARE upload never reaches the aggregator (so neither part does).
     missing_auditor_part: sites whose sealed seed reaches the auditor corrupted, so it cannot open it.
-    noise_key: what the auditor's noise is drawn from (None: a fresh key).
+    noise_key, aggregator_noise_key: what the auditor's noise, and the aggregator's, are drawn from (None: fresh keys).
+    floor: the fewest accepted inputs a total may cover (the plan's threshold; 2, the least any plan has).
     clock: what the seconds are read from (``time.process_time`` for CPU seconds).
     forged_record: a hostile aggregator's change to its verdict record, which it signs again before sending it.
     forged_tags: a hostile aggregator's change to the tag set it relays in VERIFY (relayed even where a runtime
@@ -126,6 +129,7 @@ def simulate_bounded_round(
         aggregator_key=aggregator_key.public_key(),
         auditor_key=auditor_key.public_key(),
         site_keys={party: key.public_key() for party, key in site_keys.items()},
+        floor=floor,
         noise_mu=noise_mu,
     )
     peers: dict[int, Any] = {
@@ -133,7 +137,7 @@ def simulate_bounded_round(
         for party, key in site_keys.items()
     }
     peers[AUDITOR] = Auditor(parameters, auditor_key, noise_key)
-    server = BoundedServer(parameters, aggregator_key)
+    server = BoundedServer(parameters, aggregator_key, noise_key=aggregator_noise_key)
     seconds = dict.fromkeys(Role, 0.0)
     trace_bytes = dict.fromkeys(Role, 0)
     site_seconds: dict[int, float] = {}
@@ -212,7 +216,7 @@ def simulate_bounded_round(
         if spec.stage is BoundedStage.VERIFY:
             withheld = None if forged_record is not None else timed(Role.LEADER, server.tags_withheld)
             if forged_record is not None or forged_tags is not None:
-                opening = _tag_opening(tags, forged_tags)
+                opening = _tag_opening(tags, server.tag_set().inputs.noise_key, forged_tags)
             else:
                 opening = timed(Role.LEADER, BOUNDED_ROUND.open_verification, server, server.outcome)
         assert opening is not None  # every stage of the sum but its last opens the next
@@ -256,9 +260,9 @@ def simulate_bounded_round(
     )
 
 
-def _tag_opening(tags: list[SignedTags], forged: Callable[[TagSet], TagSet] | None) -> Opening:
-    """VERIFY's opening as a hostile aggregator makes it: the tags it was sent, changed by ``forged``, to the taggers."""
-    tag_set = TagSet(tuple(sorted(tags, key=lambda item: item.party)))
+def _tag_opening(tags: list[SignedTags], noise_key: bytes, forged: Callable[[TagSet], TagSet] | None) -> Opening:
+    """VERIFY's opening as a hostile aggregator makes it: the tags it was sent and its key, changed by ``forged``."""
+    tag_set = TagSet(tuple(sorted(tags, key=lambda item: item.party)), noise_key)
     if forged is not None:
         tag_set = forged(tag_set)
     return Opening(tuple(sorted(item.party for item in tags if item.party != AUDITOR)), tag_set)

@@ -1,13 +1,15 @@
 """VERIFY: each accepted site checks the bounded sum's total before any model is made of it.
 
-The aggregator's signed verdict record carries the total T = S + A mod p it applies once: S, the sum of the accepted
-sites' explicit shares (which it holds), and A, the auditor's total over the same sites (its noise included). Each
-accepted site tags its own explicit share a_i, and the auditor its A, under two challenge rows r_1, r_2 drawn from the
-record's digest (so fixed only once the aggregator committed to T): t_ik = <r_k, a_i> mod p, t_Ak = <r_k, A> mod p,
-each signed with its maker's identity key. The aggregator relays every accepted site's signed tags and the auditor's;
-a site accepts T only if each verifies and sum_i t_ik + t_Ak = <r_k, T> mod p for both rows. A false T passes with
-probability 1/p per row (p = 2^61 - 1), so p^-2 for both, and the aggregator cannot forge a site's or the auditor's
-tag. docs/security.md, "Bounded inputs (two verifiers)".
+The aggregator's signed verdict record carries the total T = S + N + A mod p it applies once: S, the sum of the
+accepted sites' explicit shares (which it holds), N, its own noise, drawn from a key the record commits to, and A, the
+auditor's total over the same sites (its own noise included). Each accepted site tags its own explicit share a_i, and
+the auditor its A, under two challenge rows r_1, r_2 drawn from the record's digest (so fixed only once the aggregator
+committed to T): t_ik = <r_k, a_i> mod p, t_Ak = <r_k, A> mod p, each signed with its maker's identity key. The
+aggregator relays every accepted site's signed tags and the auditor's, and reveals its noise key to the sites (never to
+the auditor); a site accepts T only if each tag verifies, the key is the committed one, and
+sum_i t_ik + t_Ak + <r_k, N> = <r_k, T> mod p for both rows. A false T passes with probability 1/p per row
+(p = 2^61 - 1), so p^-2 for both, and the aggregator cannot forge a site's or the auditor's tag. Either verifier's
+noise alone is the charge. docs/security.md, "Bounded inputs (two verifiers)".
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import ProtocolError, VerificationError, VerifyReason
 from fedfair.pki import identity
+from fedfair.secagg import noise
 from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.exchange import AUDITOR
@@ -52,6 +55,21 @@ def challenge(digest: bytes, dimension: int) -> np.ndarray:
 def tags_of(rows: np.ndarray, vector: np.ndarray) -> tuple[int, ...]:
     """<r_k, vector> mod p for each challenge row r_k."""
     return tuple(field.dot(row, vector) for row in rows)
+
+
+NOISE_KEY_BYTES = 32
+
+
+def verifier_noise(context: BoundedContext, key: bytes) -> np.ndarray:
+    """A verifier's noise on its total (d field elements): Skellam(noise_mu) each from the 32-byte ``key``, or zeros."""
+    if context.noise_mu == 0:
+        return np.zeros(context.dimension, dtype=np.uint64)
+    return field.from_signed(noise.skellam(context.noise_mu, context.dimension, key))
+
+
+def noise_commitment(context: BoundedContext, key: bytes) -> bytes:
+    """SHA-256 of the aggregator's noise key, bound to the round: what its verdict record commits to."""
+    return hashlib.sha256(b"fedfair bounded v1 aggregator noise key\x00" + context.digest + key).digest()
 
 
 @dataclass(frozen=True)
@@ -119,27 +137,31 @@ def sign_tags(
 
 @dataclass(frozen=True)
 class TagSet:
-    """Every accepted site's signed tags and the auditor's, as the aggregator relays them in VERIFY.
+    """Every accepted site's signed tags and the auditor's, as the aggregator relays them in VERIFY, and its noise key.
 
-    In increasing party order, so the auditor's last.
+    tags: in increasing party order, so the auditor's last.
+    noise_key: the key the aggregator's noise was drawn from (:func:`verifier_noise`), revealed to the sites only once
+        the auditor tagged: the auditor never learns it, so it cannot take that noise off the total.
     """
 
     tags: tuple[SignedTags, ...]
+    noise_key: bytes
 
     def to_bytes(self) -> bytes:
         """Canonical bytes."""
         writer = Writer().u32(len(self.tags))
         for item in self.tags:
             writer.blob(item.to_bytes())
-        return writer.getvalue()
+        return writer.blob(self.noise_key).getvalue()
 
     @classmethod
     def from_bytes(cls, data: bytes | memoryview) -> TagSet:
         """Parse :meth:`to_bytes`; ProtocolError if malformed."""
         reader = Reader(data)
         tags = tuple(SignedTags.from_bytes(reader.blob()) for _ in range(reader.u32()))
+        noise_key = reader.blob(NOISE_KEY_BYTES)
         reader.finish()
-        return cls(tags)
+        return cls(tags, noise_key)
 
 
 def tags_add_up(digest: bytes, total: np.ndarray, tags: Mapping[int, SignedTags]) -> bool:
@@ -153,19 +175,22 @@ def verified_total(
     digest: bytes,
     accepted: tuple[int, ...],
     total: np.ndarray,
+    committed_noise: bytes,
     tag_set: TagSet,
     site_keys: Mapping[int, ec.EllipticCurvePublicKey],
 ) -> np.ndarray:
     """The total T (signed integers in the encoded scale), once every accepted site's tags and the auditor's check it.
 
-    ``total`` (T) comes from the record of ``digest``; ``accepted`` are the sites in the sum; ``site_keys`` their
-    identity keys (the auditor's is the context's).
+    ``total`` (T) and ``committed_noise`` (:func:`noise_commitment` of the aggregator's noise key) come from the record
+    of ``digest``; ``accepted`` are the sites in the sum; ``site_keys`` their identity keys (the auditor's is the
+    context's).
 
     Raises:
         VerificationError: MALFORMED, the tag set names a party twice or one outside the sum; MISSING_TAG, an
             accepted site's tags or the auditor's are not in it (nobody can check the total; the round is not
-            applied); BAD_TAG, tags not signed by their maker for this record; FORGED, the tags do not add up to the
-            total (it is not the sum of the accepted sites' inputs and the auditor's noise).
+            applied); BAD_TAG, tags not signed by their maker for this record; FORGED, the aggregator's noise key is
+            not the committed one, or the tags do not add up to the total less that noise (it is not the sum of the
+            accepted sites' inputs and the two verifiers' noise).
     """
     makers = (*accepted, AUDITOR)
     given: dict[int, SignedTags] = {}
@@ -193,12 +218,18 @@ def verified_total(
                 VerifyReason.BAD_TAG,
                 f"{_maker(party)}'s tags are not signed by it over this round's verdict record",
             )
-    if not tags_add_up(digest, total, given):
+    if noise_commitment(context, tag_set.noise_key) != committed_noise:
+        raise VerificationError(
+            context.round,
+            VerifyReason.FORGED,
+            "the aggregator's noise key is not the one its verdict record committed to",
+        )
+    if not tags_add_up(digest, field.subtract(total, verifier_noise(context, tag_set.noise_key)), given):
         raise VerificationError(
             context.round,
             VerifyReason.FORGED,
             "the accepted sites' tags and the auditor's do not add up to the record's total: it is not the sum of the "
-            "accepted sites' inputs and the auditor's noise",
+            "accepted sites' inputs and the two verifiers' noise",
         )
     return field.to_signed(total)
 

@@ -6,7 +6,8 @@ receive each party's signed part (a refused or missing part leaves the party abs
 (:class:`Roster`: present = both parts arrived, with a commitment to a half of the query seed); reveal the
 half; commit to a message per present party; reveal the signed messages (one that is not the committed one
 is refused); decide. Then the auditor's signed total, the aggregator's verdict record (DECIDE) and the
-sum. DP: the auditor alone adds Skellam(noise_mu) to its signed total (docs/security.md, "Bounded inputs").
+sum. DP: each verifier adds Skellam(noise_mu) to its own total, from a key only it holds, so the total carries noise
+that either verifier alone cannot take off (docs/security.md, "Bounded inputs", "Distributed DP").
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from fedfair.core.errors import AuthenticationError, ConfigError, ProtocolError
 from fedfair.pki import identity
-from fedfair.secagg import noise
 from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.exchange import (
@@ -35,6 +35,7 @@ from fedfair.secagg.bounded.exchange import (
 )
 from fedfair.secagg.bounded.record import VerdictRecord, sign_record
 from fedfair.secagg.bounded.shares import SEED_BYTES, HelperShare, LeaderShare
+from fedfair.secagg.bounded.total import noise_commitment, verifier_noise
 from fedfair.secagg.bounded.upload import LeaderUpload, SealedSeed, check_leader_upload, open_seed
 from fedfair.secagg.bounded.verifier import Evidence, Role, Verdict, Verifier, VerifierMessage, is_signed, sign
 
@@ -54,7 +55,7 @@ class Step(enum.IntEnum):
 class BoundedSum:
     """The outcome of a bounded secure sum at the aggregator.
 
-    total: the sum of the accepted parties' encoded updates and of the auditor's noise (signed integers).
+    total: the sum of the accepted parties' encoded updates and of both verifiers' noise (signed integers).
     accepted: the parties in the sum; excluded: party -> why its proof failed; absent: parties whose two
         parts did not both arrive (neither in the sum nor named).
     fractional_bits: f, so that ``total / 2^f`` is the sum in the update's units (:meth:`decoded`).
@@ -85,8 +86,9 @@ class RoundVerifier:
     ) -> None:
         """``auditor_cipher``: the auditor's X25519 round key (the auditor only), whose public half is in the context.
 
-        ``noise_key``: the 32-byte key the auditor's noise is drawn from; None draws one from the OS's CSPRNG. A key
-        kept per round lets a round run again carry the same noise (:mod:`fedfair.runtime.auditor.totals`).
+        ``noise_key``: the 32-byte key this verifier's noise is drawn from; None draws one from the OS's CSPRNG. A key
+        derived per round lets a round run again carry the same noise (the auditor's:
+        :mod:`fedfair.runtime.auditor.totals`; the aggregator's: :func:`~fedfair.secagg.bounded.server.noise_key_of`).
         """
         if (role is Role.HELPER) != (auditor_cipher is not None):
             raise ConfigError(
@@ -225,20 +227,24 @@ class RoundVerifier:
         return tuple(party for party in self.present if self.verdicts.get(party, Verdict(party, False)).accepted)
 
     def noised_total(self) -> np.ndarray:
-        """This verifier's total over the accepted parties (field elements); the auditor's adds Skellam(noise_mu).
+        """This verifier's total over the accepted parties (field elements) with its Skellam(noise_mu) added.
 
-        Only the auditor's total is tagged by its maker under the verdict record, so only its noise is bound to what
-        the sites check: noise that the aggregator added to its own total could hide any shift. The noise is drawn once: asked again, the same total
-        comes back (a fresh draw would let the two be averaged).
+        The auditor's noise is bound to what the sites check by its tags of its total; the aggregator's by its record's
+        commitment to its noise key, which it reveals to the sites (not the auditor) in VERIFY, so the sites recompute
+        that noise and it can hide no shift. The noise is drawn once per key: asked again, the same total comes back.
         """
-        if self._noised_total is not None:
-            return self._noised_total
-        total = self.share_sum()
-        if self.role is Role.HELPER and self.context.noise_mu > 0:
-            drawn = noise.skellam(self.context.noise_mu, self.context.dimension, self._noise_key)
-            total = field.add(total, field.from_signed(drawn))
-        self._noised_total = total
-        return total
+        if self._noised_total is None:
+            self._noised_total = field.add(self.share_sum(), self.noise())
+        return self._noised_total
+
+    def noise(self) -> np.ndarray:
+        """This verifier's noise (field elements), from its key (:func:`~fedfair.secagg.bounded.total.verifier_noise`)."""
+        return verifier_noise(self.context, self._noise_key)
+
+    @property
+    def noise_key(self) -> bytes:
+        """The key this verifier's noise is drawn from: the aggregator reveals its own to the sites in VERIFY."""
+        return self._noise_key
 
     def share_sum(self) -> np.ndarray:
         """The sum of this verifier's shares of the accepted parties' inputs (field elements), without noise.
@@ -253,9 +259,16 @@ class RoundVerifier:
         return total
 
     def auditor_total(self) -> AuditorTotal:
-        """TOTAL: the auditor's noised total over the accepted parties, signed for the aggregator."""
+        """TOTAL: the auditor's noised total over the accepted parties, signed for the aggregator.
+
+        Raises:
+            ProtocolError: this verifier is the aggregator.
+            VerificationError: BELOW_FLOOR, the accepted parties are fewer than the context's floor: no total of
+                them is signed, so no sum of them can be formed.
+        """
         if self.role is not Role.HELPER:
             raise ProtocolError("only the auditor sends its total to the aggregator")
+        self.context.check_floor(self.accepted, "the auditor signs no total of them")
         unsigned = AuditorTotal(self.accepted, self.noised_total(), b"")
         signature = identity.sign(self._identity_key, unsigned.signed_bytes(self.context.digest))
         return AuditorTotal(unsigned.accepted, unsigned.total, signature)
@@ -263,8 +276,8 @@ class RoundVerifier:
     def record(self) -> VerdictRecord:
         """DECIDE: the aggregator's signed verdict record, with both verifiers' signed messages for every party.
 
-        It carries the total the aggregator applies once: its share-sum plus the auditor's total (so it is made once
-        :meth:`finish` took the auditor's total).
+        It carries the total the aggregator applies once: its noised share-sum plus the auditor's total (so it is made
+        once :meth:`finish` took the auditor's total), and the commitment to its noise key.
         """
         self._expect(Step.DECIDED)
         if self.role is not Role.LEADER:
@@ -272,16 +285,18 @@ class RoundVerifier:
         if self._auditor_total is None:
             raise ProtocolError("the auditor's total has not arrived: the verdict record carries it")
         excluded = {party: self.verdicts[party].reasons for party in self.present if party not in self.accepted}
-        total = field.add(self.share_sum(), self._auditor_total.total)
-        unsigned = VerdictRecord(self._query_seed, self.accepted, excluded, dict(self.evidence), total)
+        total = field.add(self.noised_total(), self._auditor_total.total)
+        commitment = noise_commitment(self.context, self._noise_key)
+        unsigned = VerdictRecord(self._query_seed, self.accepted, excluded, dict(self.evidence), commitment, total)
         return sign_record(self.context, self._identity_key, unsigned)
 
     def finish(self, auditor: AuditorTotal) -> BoundedSum:
-        """The sum of the accepted parties' updates (and the auditor's noise), from the auditor's total.
+        """The sum of the accepted parties' updates (and both verifiers' noise), from the auditor's total.
 
         Raises:
             AuthenticationError: the total is not signed by the auditor for this round.
             ProtocolError: it covers other parties than the ones both verifiers accepted.
+            VerificationError: BELOW_FLOOR, they are fewer than the context's floor.
         """
         if self.role is not Role.LEADER:
             raise ProtocolError("the aggregator, not the auditor, adds the two totals")
@@ -291,6 +306,7 @@ class RoundVerifier:
             raise AuthenticationError("the auditor's total is not signed by the auditor for this round")
         if auditor.accepted != self.accepted or auditor.total.shape != (self.context.dimension,):
             raise ProtocolError("the auditor's total covers other parties, or another dimension, than this round's")
+        self.context.check_floor(self.accepted, "the aggregator forms no sum of them")
         self._auditor_total = auditor
         total = field.to_signed(field.add(self.noised_total(), auditor.total))
         excluded = {party: self.verdicts[party].reasons for party in self.present if party not in self.accepted}

@@ -62,6 +62,7 @@ def bounded_parameters(
         aggregator_key=aggregator.public_key(),
         auditor_key=private[AUDITOR].public_key(),
         site_keys={party: private[party].public_key() for party in sites},
+        floor=2,
     )
     return parameters, private, aggregator
 
@@ -120,6 +121,7 @@ def new_round(weights: dict[int, float], noise_mu: float = 0.0, dimension: int =
         aggregator_key=aggregator_key.public_key(),
         auditor_key=auditor_key.public_key(),
         auditor_cipher_key=keys.public_bytes(cipher),
+        floor=2,
         noise_mu=noise_mu,
     )
     public = {party: key.public_key() for party, key in site_keys.items()}

@@ -19,15 +19,16 @@ from fedfair.secagg.bounded.verifier import Evidence, VerifierMessage, sign
 from fedfair.secagg.bounded.verifying import Step
 from tests.secagg.bounded.roundkit import Round, new_round, over_bound, vector_at
 
-HONEST, LIAR = 0, 1
+HONEST, LIAR, OTHER = 0, 1, 2
 
 
 def decided_round() -> tuple[Round, VerdictRecord, tuple[LeaderUpload, HelperShare]]:
-    """Two sites, the second over its bound, decided; and the liar's two parts as received (for a dispute)."""
-    game = new_round({HONEST: 1.0, LIAR: 1.0})
+    """Three sites, the second over its bound, decided (the other two are the floor's 2); and the liar's two parts as
+    received (for a dispute)."""
+    game = new_round({HONEST: 1.0, LIAR: 1.0, OTHER: 1.0})
     honest = np.round(vector_at(0.5 * np.sqrt(game.context.bounds[HONEST]), game.context.dimension, 1)).astype(np.int64)
     liar_parts = game.upload(LIAR, over_bound(game.context, LIAR, 2.5, 2), liar=True)
-    for parts in (game.upload(HONEST, honest), liar_parts):
+    for parts in (game.upload(HONEST, honest), liar_parts, game.upload(OTHER, -honest)):
         game.leader.receive_upload(parts[0])
         game.helper.receive_upload(parts[1])
     liar_helper_share = open_seed(game.context, liar_parts[1], game.auditor_cipher, game.site_keys[LIAR].public_key())
@@ -46,15 +47,17 @@ def resigned(game: Round, record: VerdictRecord, **changes: Any) -> VerdictRecor
 def test_the_record_checks_and_names_the_liar() -> None:
     game, record, _ = decided_round()
     findings = check_round_evidence(game.context, VerdictRecord.from_bytes(record.to_bytes(game.context)))
-    assert findings.accepted == (HONEST,) and set(findings.liars) == {LIAR}
+    assert findings.accepted == (HONEST, OTHER) and set(findings.liars) == {LIAR}
 
 
 def test_a_flipped_verdict_is_refused_whichever_way() -> None:
     game, record, _ = decided_round()
-    liar_accepted = resigned(game, record, accepted=(HONEST, LIAR), excluded={})
+    liar_accepted = resigned(game, record, accepted=(HONEST, LIAR, OTHER), excluded={})
     with pytest.raises(ProtocolError, match="marks party 1 accepted, but the verifiers' signed messages reject it"):
         check_round_evidence(game.context, liar_accepted)
-    honest_excluded = resigned(game, record, accepted=(), excluded={HONEST: ("norm",), LIAR: record.excluded[LIAR]})
+    honest_excluded = resigned(
+        game, record, accepted=(OTHER,), excluded={HONEST: ("norm",), LIAR: record.excluded[LIAR]}
+    )
     with pytest.raises(ProtocolError, match="marks party 0 excluded, but the verifiers' signed messages accept it"):
         check_round_evidence(game.context, honest_excluded)
     dropped_evidence = resigned(game, record, evidence={HONEST: record.evidence[HONEST]})

@@ -22,6 +22,7 @@ from fedfair.secagg.bounded.total import (
     SignedTags,
     TagSet,
     challenge,
+    noise_commitment,
     record_digest,
     sign_tags,
     tags_of,
@@ -61,10 +62,10 @@ def test_every_honest_site_verifies_the_exact_sum_and_the_liar_tags_nothing() ->
     np.testing.assert_array_equal(trace.result.total, exact)  # what the aggregator applies is what each verified
     # A site's tags: its id (8 bytes), the row count (4), two elements (16), a signature (DER ECDSA P-256, at most
     # 72 bytes) with its 8-byte length; the tag set it downloads: the count (4), then the three sites' tags and the
-    # auditor's, each with its 8-byte length.
-    tags = 8 + 4 + 16 + 8
+    # auditor's, each with its 8-byte length, and the aggregator's 32-byte noise key with its length.
+    tags, key = 8 + 4 + 16 + 8, 8 + 32
     assert tags + 8 < trace.tag_bytes_up <= tags + 72
-    assert 4 + 4 * (8 + tags + 8) < trace.tag_bytes_down <= 4 + 4 * (8 + tags + 72)
+    assert 4 + 4 * (8 + tags + 8) + key < trace.tag_bytes_down <= 4 + 4 * (8 + tags + 72) + key
 
 
 @settings(max_examples=10, deadline=None)
@@ -91,20 +92,20 @@ def test_a_total_moved_by_any_nonzero_vector_is_refused_by_every_site(
 
 
 def without_auditor(tags: TagSet) -> TagSet:
-    return TagSet(tuple(item for item in tags.tags if item.party != AUDITOR))
+    return TagSet(tuple(item for item in tags.tags if item.party != AUDITOR), tags.noise_key)
 
 
 def test_a_missing_forged_or_doubled_auditor_tag_is_refused_and_named() -> None:
     def forged(tags: TagSet) -> TagSet:
         auditor = tags.tags[-1]
         changed = SignedTags(AUDITOR, ((auditor.tags[0] + 1) % field.P, auditor.tags[1]), auditor.signature)
-        return TagSet((*tags.tags[:-1], changed))
+        return TagSet((*tags.tags[:-1], changed), tags.noise_key)
 
     trace, _ = bounded_round(forged_tags=without_auditor)
     refused_for(trace, VerifyReason.MISSING_TAG, "no tags of the bounded sum's total from the auditor")
     trace, _ = bounded_round(forged_tags=forged)
     refused_for(trace, VerifyReason.BAD_TAG, "the auditor's tags are not signed by it")
-    trace, _ = bounded_round(forged_tags=lambda tags: TagSet((*tags.tags, tags.tags[-1])))
+    trace, _ = bounded_round(forged_tags=lambda tags: TagSet((*tags.tags, tags.tags[-1]), tags.noise_key))
     refused_for(trace, VerifyReason.MALFORMED, "names the auditor twice")
 
 
@@ -138,7 +139,11 @@ def test_an_auditor_tag_over_another_record_is_refused() -> None:
     keys = {party: key.public_key() for party, key in game.site_keys.items()}
 
     def check(auditor: SignedTags) -> np.ndarray:
-        return verified_total(game.context, digest, (0, 1), total, TagSet((*site_tags, auditor)), keys)
+        noise_key = bytes(32)  # no noise in this round: the key draws zeros, and is the committed one
+        committed = noise_commitment(game.context, noise_key)
+        return verified_total(
+            game.context, digest, (0, 1), total, committed, TagSet((*site_tags, auditor), noise_key), keys
+        )
 
     np.testing.assert_array_equal(
         check(sign_tags(game.context, digest, AUDITOR, auditor_total, game.auditor_key)), field.to_signed(total)
@@ -198,7 +203,7 @@ def test_tags_that_do_not_add_up_are_withheld_by_an_honest_aggregator() -> None:
 
 
 def test_a_tag_set_naming_a_site_twice_is_malformed() -> None:
-    trace, _ = bounded_round(forged_tags=lambda tags: TagSet((tags.tags[0], *tags.tags)))
+    trace, _ = bounded_round(forged_tags=lambda tags: TagSet((tags.tags[0], *tags.tags), tags.noise_key))
     refused_for(trace, VerifyReason.MALFORMED, "names party 0 twice")
 
 
