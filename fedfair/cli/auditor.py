@@ -55,7 +55,8 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         description="Connect to the aggregator as the auditor the plan names ([secure_aggregation] input_bound = "
         '"two_verifiers", auditor = NAME) and take the bounded sum\'s auditor stages round after round, until the '
         "federation finishes. Its settings come from --config auditor.toml ([auditor] name, aggregator, manifest, "
-        "folder; [certificates] dir or ca, cert, key) or from the flags; the manifest must list it with role "
+        "folder, idle_timeout_seconds; [certificates] dir or ca, cert, key; [retry]; `fedfair init ... --auditor "
+        "NAME` writes one with every key explained) or from the flags; the manifest must list it with role "
         '"auditor" and pin its certificate.',
     )
     start.add_argument("--config", type=Path, help="the auditor's auditor.toml (instead of the flags below)")
@@ -64,7 +65,13 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     start.add_argument("--ca", type=Path, help="the federation's CA certificate (default: ca.crt beside --cert)")
     start.add_argument("--manifest", type=Path, help="the federation's manifest, which lists and pins the auditor")
     start.add_argument("--aggregator", help="the aggregator's address, host:port")
-    start.add_argument("--folder", type=Path, help="where the auditor keeps its log, NAME.log (default: here)")
+    start.add_argument(
+        "--folder",
+        type=Path,
+        help="where the auditor keeps its log (NAME.log), totals.json (the sites each round's inputs were first "
+        "totalled over) and noise.secret (what each round's noise key derives from): keep it across restarts and "
+        "back it up, since a restarted auditor resumes from both (default: here)",
+    )
     start.add_argument(
         "--verbose", action="store_true", help="print every per-round line on the console too, not only in the log file"
     )

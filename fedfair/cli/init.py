@@ -31,6 +31,7 @@ def _init_command(args: argparse.Namespace) -> int:
         label=args.label,
         features=args.features,
         learn_categories=args.learn_categories,
+        auditor=args.auditor,
     )
     write_federation_folder(folder, files)
     for relative in files:
@@ -54,7 +55,7 @@ def _non_negative(text: str) -> int:
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """`fedfair init DIR --sites a,b,c [--csv SAMPLE --label COLUMN] [--max-colluding C] [--federation ID]`."""
+    """`fedfair init DIR --sites a,b,c [--csv SAMPLE --label COLUMN] [--max-colluding C] [--federation ID] [--auditor N]`."""
     init = subparsers.add_parser(
         "init", help="write a federation folder: the plan, one collaborator config per site, the next commands"
     )
@@ -70,6 +71,12 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         help="collaborators that may collude with the aggregator (default 1, or 0 for two sites)",
     )
     init.add_argument("--federation", metavar="ID", help="the federation id (default: DIR's name)")
+    init.add_argument(
+        "--auditor",
+        metavar="NAME",
+        help="the auditor institution of the two-verifier input bound: the plan declares the mode "
+        '(input_bound = "two_verifiers"), NAME/auditor.toml and the README its steps (default: no input bound)',
+    )
     init.add_argument(
         "--aggregator",
         type=_address,

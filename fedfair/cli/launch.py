@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from fedfair.core.config import DRIFT_CORRECTIONS
-from fedfair.runtime.local.builtin import DEFAULT_ROUNDS, SPLITS
+from fedfair.runtime.local.builtin import AUDITOR, DEFAULT_ROUNDS, SPLITS
 from fedfair.runtime.local.launch import run_launch
 
 
@@ -80,6 +80,13 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "0: after the last round only)",
     )
     launch.add_argument("--no-secure-aggregation", action="store_true", help="plain sums (for comparison only)")
+    launch.add_argument(
+        "--input-bound",
+        action="store_true",
+        help='the two-verifier input bound (input_bound = "two_verifiers"): every site proves each training update '
+        f"within its bound to the aggregator and an auditor institution, {AUDITOR}, run as a process beside the sites "
+        "(built-in datasets only)",
+    )
     launch.add_argument(
         "--no-fedavg",
         action="store_true",

@@ -81,7 +81,7 @@ def _diff_command(args: argparse.Namespace) -> int:
 def _show_command(args: argparse.Namespace) -> int:
     from fedfair.core.models import flat_parameters
     from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
-    from fedfair.runtime.plan.input_bound import input_bound_line
+    from fedfair.runtime.plan.input_bound import bounded_check_lines, input_bound_line
     from fedfair.runtime.plan.sum_check import round_config, sum_check_lines
 
     plan = load_aggregator_plan(args.plan, check_manifest=False)
@@ -90,7 +90,9 @@ def _show_command(args: argparse.Namespace) -> int:
         print("training sums: none (secure aggregation is off: the aggregator sees every update)")
         return 0
     model = plan.model.build(seed=plan.training.seed, allowed=plan.own_factories)
-    for line in sum_check_lines(round_config(plan, int(flat_parameters(model).numel()))):
+    config = round_config(plan, int(flat_parameters(model).numel()))
+    bounded = plan.secure_aggregation.bounds_inputs
+    for line in bounded_check_lines(plan.privacy.distributed) if bounded else sum_check_lines(config):
         print(line)
     print(input_bound_line(plan.secure_aggregation))
     return 0
@@ -109,8 +111,8 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         type=Path,
         action="append",
         metavar="TOML",
-        help="a collaborator.toml or the plan.toml on this machine to name the new manifest in (repeatable; "
-        'writes manifest = "PATH", relative to its folder)',
+        help="a collaborator.toml, the plan.toml or an auditor.toml on this machine to name the new manifest in "
+        '(repeatable; writes manifest = "PATH", relative to its folder)',
     )
     pin.set_defaults(handler=_pin_command)
     renew = commands.add_parser(
@@ -139,8 +141,8 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     diff.set_defaults(handler=_diff_command)
     show = commands.add_parser(
         "show",
-        help="which check the plan's secure sums get (re-summed by every site, or tags alone) for its model size "
-        "and roster",
+        help="which check the plan's secure sums get (re-summed by every site, or tags alone; under the input bound "
+        "the bounded sum's) for its model size and roster, and the input bound in force",
     )
-    show.add_argument("plan", type=Path, help="the aggregator's plan.toml")
+    show.add_argument("--plan", type=Path, required=True, help="the aggregator's plan.toml")
     show.set_defaults(handler=_show_command)

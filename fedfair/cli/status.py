@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fedfair.runtime.report.data import CELLS
+from fedfair.runtime.report.data import CELLS, input_bound_words
 from fedfair.runtime.observe.status import FederationState, federation_state
 
 
@@ -31,6 +31,7 @@ def describe(state: FederationState) -> str:
         f"{'a checkpoint is kept' if state.checkpoint else 'no checkpoint yet'}",
         f"  plan digest {(state.plan_digest or '?')[:16]}, started {_when(state.started)}, "
         f"last event {_when(state.updated)}",
+        f"  {input_bound_words(state.auditor)}",
     ]
     if state.waiting is not None:
         lines.append(f"  {state.waiting.line()}")

@@ -1,7 +1,8 @@
 """A new federation folder (`fedfair init`): the plan, one config per site and next steps that agree.
 
 It writes ``DIR/aggregator/plan.toml``, ``DIR/<site>/collaborator.toml`` for each site (both rendered
-by :mod:`fedfair.runtime.plan.templates`, the source of the committed templates too) and ``DIR/README.md``:
+by :mod:`fedfair.runtime.plan.templates`, the source of the committed templates too), with ``--auditor NAME``
+``DIR/NAME/auditor.toml`` and the plan's two-verifier input bound naming it, and ``DIR/README.md``:
 the commands that follow, in order, with this federation's names, folders and collusion bound. Each
 party keeps its own folder (``ca/``, held offline by the CA holder; ``aggregator/``; one per site,
 each with its own ``certs/``) and the agreed ``manifest.toml`` one level above it.
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 from fedfair.core.errors import ConfigError
 from fedfair.pki.names import validate_federation_id, validate_name
 from fedfair.runtime.plan.composition_note import Headline
-from fedfair.runtime.plan.config_template import render_collaborator
+from fedfair.runtime.plan.config_template import render_auditor, render_collaborator
 from fedfair.runtime.plan.template_base import AGGREGATOR_NAME, MANIFEST, Federation
 from fedfair.runtime.plan.templates import render_plan
 from fedfair.core.tables import parse_toml
@@ -138,12 +139,15 @@ def draft_federation_files(
     label: str | None = None,
     features: list[str] | None = None,
     learn_categories: bool = False,
+    auditor: str | None = None,
 ) -> dict[str, str]:
     """Every file of the federation folder (relative path: text), once the plan is known to load; writes nothing.
 
     ``sample`` and ``label`` come together (a drafted [schema], shaped by ``features`` and
-    ``learn_categories`` as ``fedfair data schema`` does) or not at all.
+    ``learn_categories`` as ``fedfair data schema`` does) or not at all. ``auditor`` names the auditor institution
+    of the two-verifier input bound: the plan declares the mode, and its folder gets an ``auditor.toml``.
     """
+    check_auditor_name(auditor, sites)
     try:
         validate_federation_id(federation_id)
     except ConfigError as error:
@@ -172,12 +176,14 @@ def draft_federation_files(
         max_colluding=max_colluding,
         schema=schema,
         table=f"{DATA_FOLDER}/table.csv",  # each site's own table, whatever the sample was called
+        auditor=auditor,
     )
     # The plan module reads schemas (pandas): loaded to run the command, not for its --help.
     from fedfair.runtime.plan.aggregator_plan import parse_aggregator_plan
 
     plan_path = folder / AGGREGATOR_NAME / "plan.toml"
-    plan = parse_aggregator_plan(parse_toml(render_plan(federation), plan_path), plan_path)
+    # Not yet pinned: the manifest the plan will name (and the auditor it lists) comes later, from the README's steps.
+    plan = parse_aggregator_plan(parse_toml(render_plan(federation), plan_path), plan_path, check_manifest=False)
     # The composition example's columns and cost come from the loaded plan; they change comments only.
     federation = priced_composition(federation, plan, sample_rows)
     plan_text = render_plan(federation)
@@ -185,8 +191,33 @@ def draft_federation_files(
     min_round_size = plan.quorum.min_collaborators
     files = {f"{AGGREGATOR_NAME}/plan.toml": plan_text}
     files.update({f"{site}/collaborator.toml": render_collaborator(federation, site) for site in sites})
+    if auditor is not None:
+        files[f"{auditor}/auditor.toml"] = render_auditor(federation)
     files[README] = render_readme(federation, min_round_size)
     return files
+
+
+def check_auditor_name(auditor: str | None, sites: tuple[str, ...]) -> None:
+    """Refuse an ``--auditor`` that is not a valid name, or one the folder or a site already uses.
+
+    Raises:
+        ConfigError: one line naming the fix.
+    """
+    if auditor is None:
+        return
+    try:
+        validate_name(auditor)
+    except ConfigError as error:
+        raise ConfigError(f"--auditor: {error}") from None
+    if auditor in RESERVED:
+        raise ConfigError(
+            f"--auditor: {auditor!r} is taken by the federation folder itself; name the auditor otherwise"
+        )
+    if auditor in sites:
+        raise ConfigError(
+            f"--auditor {auditor!r} is one of --sites; the auditor verifies every site's input with the aggregator "
+            "and must not train: name an institution that is not a site"
+        )
 
 
 def check_folder(folder: Path) -> None:
@@ -229,17 +260,23 @@ def render_readme(federation: Federation, min_round_size: int) -> str:
     Who does what, in order, as commands run from the folder (``min_round_size``: the roster's, at most the
     plan's quorum).
     """
-    sites = federation.sites
-    parties = (AGGREGATOR_NAME, *sites)
+    sites, auditor = federation.sites, federation.auditor
+    auditors = () if auditor is None else (auditor,)
+    parties = (AGGREGATOR_NAME, *sites, *auditors)
     requests = [f"fedfair pki request --name {AGGREGATOR_NAME} --role aggregator --out {AGGREGATOR_NAME}/{CERTS}"]
     requests += [f"fedfair pki request --name {site} --role collaborator --out {site}/{CERTS}" for site in sites]
+    requests += [f"fedfair pki request --name {name} --role auditor --out {name}/{CERTS}" for name in auditors]
     signatures = [
         f"fedfair pki sign --ca {CA_FOLDER} --csr {party}/{CERTS}/{party}.csr --out {party}/{CERTS}/{party}.crt"
         for party in parties
     ]
     copies = [f"cp {CA_FOLDER}/ca.crt {party}/{CERTS}/" for party in parties]
     folders = " ".join(f"{party}/{CERTS}" for party in parties)
-    configs = [f"{AGGREGATOR_NAME}/plan.toml", *(f"{site}/collaborator.toml" for site in sites)]
+    configs = [
+        f"{AGGREGATOR_NAME}/plan.toml",
+        *(f"{site}/collaborator.toml" for site in sites),
+        *(f"{name}/auditor.toml" for name in auditors),
+    ]
     manifest = (
         f"fedfair pki manifest --federation {federation.federation_id} --certs {folders} "
         f"--max-colluding {federation.max_colluding} --min-round-size {min_round_size} --out {ROSTER}",
@@ -247,11 +284,13 @@ def render_readme(federation: Federation, min_round_size: int) -> str:
         + " ".join(f"--config {config}" for config in configs),
     )
     starts = [f"fedfair aggregator start --plan {AGGREGATOR_NAME}/plan.toml"]
+    starts += [f"fedfair auditor start --config {name}/auditor.toml" for name in auditors]
     starts += [f"fedfair collaborator start --config {site}/collaborator.toml" for site in sites]
+    auditor_folder = "" if auditor is None else f" and `{auditor}/` for the auditor"
     intro = f"""# Federation {federation.federation_id}: what to run next
 
 Written by `fedfair init`. One folder per party: `{CA_FOLDER}/` for the CA holder, `{AGGREGATOR_NAME}/` for the
-aggregator's operator, and {", ".join(f"`{site}/`" for site in sites)} for the institutions; each keeps
+aggregator's operator, and {", ".join(f"`{site}/`" for site in sites)} for the institutions{auditor_folder}; each keeps
 its own folder on its own machine, its keys in its `{CERTS}/`, and the agreed `{MANIFEST}` one level
 above it. The commands below run from this folder, as if every folder sat on one machine (a
 rehearsal); in a deployment each party runs its own lines and only requests, certificates and the
@@ -262,6 +301,21 @@ its PATH (on another machine, name that machine's installation instead):
 
     {shell_setup()}
 """
+    if auditor is not None:
+        intro += (
+            "\n"
+            + textwrap.fill(
+                f"The auditor `{auditor}` is the second verifier of every site's input bound (the plan's "
+                '`input_bound = "two_verifiers"`): each training round it checks, with the aggregator, that every '
+                "site's update lies within its bound, and signs the total. It neither trains nor aggregates, and it "
+                f"must not collude with the aggregator. `{auditor}/auditor.toml` explains each of its keys; its folder "
+                "keeps `totals.json` and `noise.secret`, which its operator backs up.",
+                width=100,
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+            + "\n"
+        )
     steps: list[tuple[str, str, list[str]]] = []
     if federation.schema is not None:
         # Before the plan is pinned: a [schema] edit the check suggests then costs no new pin.
@@ -305,7 +359,13 @@ its PATH (on another machine, name that machine's installation instead):
             "`collaborator.toml`, its one edit:",
             list(manifest),
         ),
-        ("Start", "The aggregator waits for its quorum; each institution starts its own collaborator:", starts),
+        (
+            "Start",
+            "The aggregator waits for its quorum"
+            + ("" if auditor is None else " and its auditor (a bounded round runs only with it)")
+            + "; each institution starts its own collaborator:",
+            starts,
+        ),
     ]
     sections = [intro]
     sections += [_step(f"{number}. {title}", text, commands) for number, (title, text, commands) in enumerate(steps, 1)]

@@ -84,7 +84,7 @@ def test_off_by_default_and_absent_from_what_is_shared_and_pinned() -> None:
 
 
 def test_plan_show_states_the_input_bound_in_force(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["plan", "show", str(PLAN_TEMPLATE)]) == 0
+    assert cli.main(["plan", "show", "--plan", str(PLAN_TEMPLATE)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[-1] == input_bound_line(plan.load_aggregator_plan(PLAN_TEMPLATE).secure_aggregation), out
 
@@ -240,3 +240,17 @@ def test_a_running_federation_takes_a_rekeyed_auditor_but_not_one_removed(federa
     removed = manifest_update.signed_update(held, manifests.revoked(held, AUDITOR), ca_key)
     with pytest.raises(ManifestError, match="changes .*auditors' names"):
         manifest_update.check_update(held, removed, ca)
+
+
+def test_plan_show_under_two_verifiers_describes_the_bounded_sums_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not the masked round's re-sum: a bounded training sum is checked by tags alone, and a site that leaves
+    before its tags voids its round (issue 94 found `plan show` describing the masked round under the mode)."""
+    assert cli.main(["init", str(tmp_path / "fed"), "--sites", "a,b,c", "--auditor", "audit-co"]) == 0
+    assert cli.main(["plan", "show", "--plan", str(tmp_path / "fed" / "aggregator" / "plan.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "re-sum" not in out.replace("no site re-sums", "")
+    assert "training sums: bounded sums, each checked by every accepted site's tags" in out, out
+    assert "a site that leaves after sharing and before its tags voids that round" in out, out
+    assert "input bound: two verifiers, the aggregator and auditor 'audit-co'" in out, out

@@ -68,7 +68,7 @@ def test_a_file_pin_cannot_edit_is_refused_before_anything_is_written(
     capsys.readouterr()
     assert cli.main([*words, "--config", str(files[1]), "--config", "notes.toml"]) != 0
     error = capsys.readouterr().err
-    assert "--config notes.toml has neither a [collaborator] nor an [aggregator] table" in error
+    assert "--config notes.toml has no [collaborator], [aggregator] or [auditor] table" in error
     assert not (rostered / "manifest.toml").exists()
     assert {path: path.read_text() for path in files} == before
 

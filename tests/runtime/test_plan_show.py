@@ -19,7 +19,7 @@ def test_a_small_model_is_re_summed_by_every_site_and_a_leaver_costs_no_round(
     workspace = new_workspace(
         tmp_path, ("site-a", "site-b", "site-c"), secure_aggregation={"enabled": True, "max_colluding": 0}
     )
-    assert cli.main(["plan", "show", str(workspace.plan)]) == 0
+    assert cli.main(["plan", "show", "--plan", str(workspace.plan)]) == 0
     out = capsys.readouterr().out
     assert "sums re-summed by every site (sound up to max_colluding = 0 colluders)" in out, out
     assert f"every site re-sums up to d = {RESUMMED_WORDS // 3 - 1:,} at n = 3" in out, out

@@ -23,6 +23,7 @@ from fedfair.runtime.aggregator.bundles import (
     model_settings,
     save_federation_bundle,
 )
+from fedfair.runtime.plan.input_bound import prepare_verification
 from fedfair.runtime.output_folder import CHECKPOINT_NAME
 from fedfair.runtime.aggregator.checkpoint import (
     Checkpoint,
@@ -154,6 +155,7 @@ class RoundLoop:
         update they trained on that model, see `fedfair.runtime.collaborator.rounds`).
         """
         rounds = self.plan.training.rounds
+        prepare_verification(self.plan.secure_aggregation, "aggregator")  # while the sites connect
         start = self._start if self._start is not None else self._statistics()
         # A large model's state goes into a file in the output folder, read by span from here on (.state).
         self.checkpoint = dataclasses.replace(start, state=placed(start.state, self.algorithm, self.output))

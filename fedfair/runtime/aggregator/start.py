@@ -130,6 +130,8 @@ def run_aggregator(
             rounds=plan.training.rounds,
             collaborators=list(plan.collaborators),
             plan_digest=plan_digest(plan),
+            # The two-verifier input bound's auditor (None: no input bound), for the status and the report.
+            auditor=plan.secure_aggregation.auditor,
         )
         # Metrics and the status page read the events and round log at each request: nothing to feed them.
         try:

@@ -35,7 +35,7 @@ from fedfair.runtime.collaborator.uplink import Uplink
 from fedfair.runtime.failures import plan_mismatch
 from fedfair.runtime.manifest_plan import check_shared_settings
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object, load_shared_settings
-from fedfair.runtime.plan.input_bound import TWO_VERIFIERS
+from fedfair.runtime.plan.input_bound import TWO_VERIFIERS, prepare_verification
 from fedfair.runtime.transport import pb, pb_grpc
 
 logger = logging.getLogger("fedfair.auditor")
@@ -112,6 +112,7 @@ class AuditorProcess:
             )
         self._shared, self._plan_digest = shared, reply.plan_digest
         self._rounds = AuditorRounds(self.config, self.identity, shared)
+        prepare_verification(secure, self.config.name)
 
     def plan_change(self, reply: pb.PlanReply) -> FailureError | None:
         """Why the auditor does not take the plan in `reply` (another digest than it joined under), or None."""
@@ -134,7 +135,8 @@ class AuditorProcess:
         try:
             inputs = self.uplink.input(stub, task, self.rounds.input_limit(binding))
             try:
-                payload = self.rounds.step(binding, inputs)
+                with self.connection.watchdog.working():  # verifying: the aggregator waits for the auditor
+                    payload = self.rounds.step(binding, inputs)
             except (ConfigError, IdentityError, ProtocolError, WireError) as error:
                 self.connection.warn_withdrawal(self.config.name, binding, error)
                 self.rounds.leave(binding.round)

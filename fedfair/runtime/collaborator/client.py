@@ -194,6 +194,7 @@ class Collaborator(TaskStream):
         table = self._table if self._table is not None else read_local_data(self.config)  # a second run reads again
         self._table = None
         self._joined = join(stub, self.config, self.backoff, self.identity, table, self.reset_state)
+        load_kernels(self.shared, self.config.name)
         if self.shared.schema is None:
             self.prepare(load_local_data(self.config, self.shared, table), self.shared)
 
@@ -246,7 +247,6 @@ class Collaborator(TaskStream):
                     raise
                 except ConfigError as error:
                     raise PermanentFailureError(LOCAL_PRIVACY, reason=error, config=self.config.source) from None
-        load_kernels(joined.shared)
         self._round = RoundJob(
             self.config,
             joined.shared,

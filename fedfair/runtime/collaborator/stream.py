@@ -293,7 +293,8 @@ class TaskStream:
             if work.vector is None and not work.released and work.pending is None:
                 raise RefusedError(Refusal.WITHDRAWN, "nothing to contribute this round")
             inputs = self._input(stub, task)
-            payload = STEPS[binding.stage](self.participant, work, inputs)
+            with self.connection.watchdog.working():  # proving, checking: the aggregator waits for this site
+                payload = STEPS[binding.stage](self.participant, work, inputs)
         except VerificationError as error:
             # Not a withdrawal: the aggregator showed a sum that is not the survivors' (or would not let it be
             # checked). No model made from it is applied, and no bundle kept after it: the site stops here.

@@ -26,6 +26,9 @@ EVALUATIONS = 10
 """Federated evaluations a launch runs by default, the last after the final round: what `fedfair init`'s
 plan runs (50 rounds, every 5), so the risk chart has as many points and the answers spend the same."""
 
+AUDITOR = "audit-co"
+"""The auditor institution of a rehearsal under ``--input-bound``: a process of its own beside the sites."""
+
 COMPOSITION = ("race", "sex")
 """The columns Adult's worst-off group is described by (the composition `fedfair init`'s plan suggests)."""
 
@@ -207,9 +210,33 @@ def builtin_workspace(args: argparse.Namespace, root: Path) -> Workspace:
         sizes = {name: len(part.train_index) for name, part in zip(names, parts, strict=True)}
     # A rehearsal's operator knows every site's size, so the plan can weight as Algorithm 1 does.
     plan["influence"] = declared_influence(sizes)
+    auditor = None
+    if args.input_bound:  # with secure aggregation (run_launch refuses it without)
+        auditor = AUDITOR
+        plan["secure_aggregation"]["fractional_bits"] = bounded_bits(plan, names)
     # Careful institutions pin the roster and the plan; a manifest promises secure aggregation. Each site trains
     # on a GPU where it has one, as a deployed collaborator's default config does.
-    return make_workspace(root, names, plan=plan, data=data, manifest=secure, device="auto")
+    return make_workspace(root, names, plan=plan, data=data, manifest=secure, device="auto", auditor=auditor)
+
+
+def bounded_bits(plan: Mapping[str, Any], names: list[str]) -> int:
+    """The plan's fractional bits, lowered until the largest site's bound fits the bounded round's field.
+
+    A site's bound is update_norm x its weight in the encoded scale: at the default 20 bits a site of a few hundred
+    rows a batch is past what the proof's field holds (its squared bound about 2^50).
+
+    Raises:
+        ConfigError: no number of bits holds it (naming the fix).
+    """
+    from fedfair.runtime.plan.input_bound import largest_fractional_bits
+    from fedfair.runtime.plan.learning_settings import read_learning
+
+    learning = read_learning("fedfair launch's plan", plan, len(names))
+    weight = max(learning.influence.weight_of(name, learning.batch_fraction) for name in names)
+    bits = largest_fractional_bits(learning.influence.update_norm, weight, learning.secure_aggregation.fractional_bits)
+    if bits is None:
+        raise ConfigError("--input-bound: a site's bound does not fit the proof's field; lower --batch-fraction")
+    return bits
 
 
 def rehearsal_ledgers(root: Path) -> None:

@@ -63,11 +63,13 @@ def closing_lines(
     secure: bool,
     seconds: float,
     report: Path | None,
+    auditor: str | None = None,
 ) -> list[str]:
     """The whole closing console, headline first, at most :data:`MOST_LINES` lines (warnings past it are left out).
 
     `exact` maps each model to its exact report on the sites' held-out rows (None: no comparison was run);
-    `report` is the kept report's path (None: the workspace is being removed).
+    `report` is the kept report's path (None: the workspace is being removed); `auditor` the auditor institution of
+    the two-verifier input bound, which the closing then names (None: no input bound).
     """
     lines = [] if exact is None else exact_table(exact, rho)
     own = private_lines(evaluation, secure)
@@ -76,6 +78,7 @@ def closing_lines(
         "Secure aggregation was ON: the aggregator saw only masked updates and their sum."
         if secure
         else "Secure aggregation was OFF: the aggregator saw every update in the clear.",
+        *(() if auditor is None else (input_bound_words(auditor),)),
         f"Finished in {seconds:.0f} s. "
         + (f"Report: {report}" if report is not None else "The workspace is removed now (--no-keep)."),
     ]
@@ -84,6 +87,11 @@ def closing_lines(
     if len(warnings) > room:
         warnings = warnings[: room - 1] + [f"Note: {len(warnings) - room + 1} more in the report's warnings."]
     return lines + warnings + closing
+
+
+def input_bound_words(auditor: str) -> str:
+    """The line that says the input bound was on, and who verified it with the aggregator."""
+    return f"Input bound ON: every training update was proven within its bound to the aggregator and the auditor {auditor}."
 
 
 def describe_privacy(privacy: PlanPrivacy, tables: bool) -> str:

@@ -25,6 +25,7 @@ from fedfair.pki.store import ca_paths
 from fedfair.runtime.local.processes import (
     Child,
     start_aggregator,
+    start_auditor,
     start_collaborator,
     supervise,
 )
@@ -145,6 +146,10 @@ def run_launch(args: argparse.Namespace, comparison: Comparison | None = None) -
         raise ConfigError("--csv needs --label COLUMN, the label column every table holds")
     if args.label is not None and not args.csv:
         raise ConfigError("--label names the label column of --csv tables; add --csv TABLE TABLE ...")
+    if args.input_bound and args.csv:
+        raise ConfigError("--input-bound rehearses the built-in datasets; drop --csv, or drop --input-bound")
+    if args.input_bound and args.no_secure_aggregation:
+        raise ConfigError("--input-bound proves masked inputs within their bounds; drop --no-secure-aggregation")
     if not args.csv:
         check_sites(args.dataset, args.collaborators)
     if args.workdir is not None and (Path(args.workdir) / "certs" / "ca.crt").exists():
@@ -169,6 +174,14 @@ def launch_workspace(args: argparse.Namespace, root: Path) -> tuple[Workspace, s
     return builtin_workspace(args, root), f"{args.dataset} split by {SPLITS[args.dataset].partition}"
 
 
+def bound_words(plan: AggregatorPlan) -> tuple[str, ...]:
+    """The opening line under the two-verifier input bound, who verifies every update; none without it."""
+    secure = plan.secure_aggregation
+    if not secure.bounds_inputs:
+        return ()
+    return (f"input bound on: every site proves each update within its bound to the aggregator and {secure.auditor}",)
+
+
 def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, comparison: Comparison | None = None) -> int:
     """Write the workspace under `root`, run the federation, print the closing console last.
 
@@ -191,6 +204,7 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, compari
     for line in (
         f"workspace {root}",
         f"{len(names)} institutions holding {holding}, {rounds} rounds, secure aggregation {'on' if secure else 'OFF'}",
+        *bound_words(plan),
         describe_privacy(plan.privacy, plan.schema is not None),
         f"an evaluation every {every} rounds"
         + (f", the last naming the worst-off group by {' and '.join(composition)}" if composition else ""),
@@ -209,6 +223,9 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, compari
         try:
             aggregator = start_aggregator(workspace, sink=log_file("aggregator"), ended=ended)
             children.append(aggregator)
+            if workspace.auditor is not None:
+                auditor = workspace.auditor.parent.name
+                children.append(start_auditor(workspace, sink=log_file(auditor), ended=ended))
             children.extend(start_collaborator(workspace, name, sink=log_file(name), ended=ended) for name in names)
             supervise(aggregator, children[1:], ended, tick=lambda: shown.update(*rounds_done(workspace)))
         except BaseException:
@@ -239,6 +256,7 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, compari
         secure=summary["secure_aggregation"],
         seconds=seconds,
         report=workspace.output / "report.html" if kept else None,
+        auditor=plan.secure_aggregation.auditor,
     )
     print("\n".join(lines))
     return 0

@@ -196,6 +196,19 @@ def start_collaborator(
     return Child(name, collaborator_command(workspace, name), env=child_environment(env), sink=sink, ended=ended)
 
 
+def start_auditor(
+    workspace: Workspace,
+    *,
+    env: Mapping[str, str] | None = None,
+    sink: LogSink | None = None,
+    ended: threading.Event | None = None,
+) -> Child:
+    """Start the workspace's auditor from its auditor.toml (it connects by itself, retrying until it is served)."""
+    assert workspace.auditor is not None, "the workspace's plan bounds inputs: it has an auditor"
+    command = [*FEDFAIR_COMMAND, "auditor", "start", "--config", str(workspace.auditor)]
+    return Child(workspace.auditor.parent.name, command, env=child_environment(env), sink=sink, ended=ended)
+
+
 def supervise(
     aggregator: Child,
     collaborators: Sequence[Child],

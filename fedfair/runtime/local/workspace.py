@@ -53,6 +53,8 @@ class Workspace:
     configs: dict[str, Path]
     output: Path
     address: str
+    auditor: Path | None = None
+    """The auditor's auditor.toml where the plan bounds every input (two verifiers); None otherwise."""
 
 
 def site_names(count: int) -> list[str]:
@@ -69,7 +71,7 @@ def make_workspace(
     port: int | None = None,
     device: str = "cpu",
     manifest: bool = False,
-    auditor: str = "",
+    auditor: str | None = None,
 ) -> Workspace:
     """Certificates, a plan and one config per collaborator under `root`.
 
@@ -79,7 +81,8 @@ def make_workspace(
     every certificate and the plan, as careful institutions run: the plan and every
     config name it, its min_round_size is the plan's quorum. With `auditor` (and `manifest`,
     which must pin it), the plan declares the two-verifier input bound with that auditor,
-    whose certificate is issued beside the others (`fedfair auditor start` runs it).
+    whose certificate is issued beside the others, and its folder holds its ``auditor.toml``
+    (`fedfair auditor start --config` runs it).
     """
     if auditor and not manifest:
         raise ValueError(f"an auditor ({auditor!r}) is pinned by the federation's manifest: pass manifest=True")
@@ -139,7 +142,13 @@ def make_workspace(
             config["collaborator"]["manifest"] = str(manifest_path)
         configs[name] = folder / "collaborator.toml"
         configs[name].write_text(toml_text(config))
-    return Workspace(root, certs, plan_path, configs, output, address)
+    auditor_config = None
+    if auditor:
+        auditor_config = root / auditor / "auditor.toml"
+        auditor_config.parent.mkdir(parents=True, exist_ok=True)
+        settings = {"name": auditor, "aggregator": address, "manifest": str(manifest_path), "folder": "."}
+        auditor_config.write_text(toml_text({"auditor": settings, "certificates": {"dir": str(certs)}}))
+    return Workspace(root, certs, plan_path, configs, output, address, auditor_config)
 
 
 def declared_sizes(sources: Mapping[str, Mapping[str, Any]], seed: int) -> dict[str, int] | None:

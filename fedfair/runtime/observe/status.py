@@ -128,6 +128,8 @@ class FederationState:
     excluded: dict[str, str] = field(default_factory=dict)
     waiting: Waiting | None = None
     """What the aggregator waits for now (None: it does not wait, or it does not run)."""
+    auditor: str | None = None
+    """The auditor of the two-verifier input bound the run started under (None: no input bound)."""
 
     def to_json(self) -> dict[str, Any]:
         """The state as JSON values (what ``fedfair status --json`` prints)."""
@@ -313,6 +315,7 @@ def federation_state(folder: Path) -> FederationState:
         folder=str(folder),
         federation_id=start.get("federation_id"),
         plan_digest=start.get("plan_digest"),
+        auditor=start.get("auditor"),
         rounds_planned=start.get("rounds"),
         pid=pid,
         running=running,

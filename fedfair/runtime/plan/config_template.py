@@ -1,7 +1,7 @@
-"""The collaborator-config template: one institution's ``collaborator.toml``, commented, from a :class:`Federation`.
+"""The config templates: one institution's ``collaborator.toml``, and the auditor's ``auditor.toml``, commented.
 
-``collaborator/collaborator.toml`` is its rendering of the demo's first site
-(:func:`fedfair.runtime.plan.templates.committed_templates`). This module only writes text.
+Both are rendered from a :class:`Federation`. ``collaborator/collaborator.toml`` is the rendering of the demo's first
+site (:func:`fedfair.runtime.plan.templates.committed_templates`). This module only writes text.
 """
 
 from __future__ import annotations
@@ -44,15 +44,30 @@ share_epsilon = false     # report the epsilon spent so far to the aggregator ea
 # one is refused before anything is imported. Built-in models need nothing here.
 # factories = ["mymodels.tabular:build"]
 
+"""
+
+_RETRY = """\
 [retry]
 # A lost aggregator (down, restarting) is retried with jittered back-off, one log line per
-# retry, until it has been unreachable this long; then the collaborator stops. A permanent
+# retry, until it has been unreachable this long; then the {party} stops. A permanent
 # failure (a certificate, a name or a plan that cannot work) stops it at once instead.
 max_wait_seconds = 900.0    # survive an aggregator restart of up to 15 minutes
 start_wait_seconds = 300.0  # an aggregator never reached (not started yet, or a wrong address):
                             # tried every second, then a clear error after this long
 first_delay_seconds = 0.5   # the first retry's delay; each next one doubles, up to
 max_delay_seconds = 15.0    # the largest delay between two retries
+"""
+
+
+def _certificates(federation: Federation, name: str, certificate: str, whose: str) -> str:
+    """The [certificates] section of party `name`: its folder, the CA's, `certificate` and `whose` private key."""
+    return f"""\
+[certificates]
+# The folder holding the files below (the README.md `fedfair init` writes says how to obtain them).
+dir = {toml_string(federation.certs)}
+{noted('ca = "ca.crt"', "the federation's CA certificate", CERTIFICATE_COLUMN)}
+{noted(f"cert = {toml_string(name + '.crt')}", certificate, CERTIFICATE_COLUMN)}
+{noted(f"key = {toml_string(name + '.key')}", f"{whose} private key (mode 0600, never leaves)", CERTIFICATE_COLUMN)}
 """
 
 
@@ -93,13 +108,7 @@ idle_timeout_seconds = 3600.0
 # with auditor-refused (exit status 4) before anything is sent.
 # refuse_auditors = ["audit-co"]
 
-[certificates]
-# The folder holding the files below (the README.md `fedfair init` writes says how to obtain them).
-dir = {toml_string(federation.certs)}
-{noted('ca = "ca.crt"', "the federation's CA certificate", CERTIFICATE_COLUMN)}
-{noted(f"cert = {toml_string(site + '.crt')}", "this institution's certificate (from the CA operator)", CERTIFICATE_COLUMN)}
-{noted(f"key = {toml_string(site + '.key')}", "this institution's private key (mode 0600, never leaves)", CERTIFICATE_COLUMN)}
-
+{_certificates(federation, site, "this institution's certificate (from the CA operator)", "this institution's")}
 [data]
 # Either a named dataset, split by a partitioner, taking part number `index` ...
 {maybe(named, 'dataset = "adult"')}
@@ -117,5 +126,44 @@ dir = {toml_string(federation.certs)}
 
 """,
             _CONFIG_TAIL,
+            _RETRY.format(party="collaborator"),
         )
     )
+
+
+def render_auditor(federation: Federation) -> str:
+    """The ``auditor.toml`` of ``federation.auditor`` (set), kept in its folder: every key with what it does."""
+    auditor = federation.auditor
+    assert auditor is not None, "an auditor's config is rendered for a federation that names one"
+    return f"""\
+# fedfair auditor configuration: the auditor institution, the second verifier of every site's input
+# bound ([secure_aggregation] input_bound = "two_verifiers" in the aggregator's plan). Kept at the
+# auditor, on its own machine; started with
+#     fedfair auditor start --config {auditor}/auditor.toml
+# It neither trains nor aggregates: each training round it checks every site's proof that its
+# update lies within update_norm x its weight, together with the aggregator, and signs the bounded
+# total. It and the aggregator must not collude: together they hold both shares of every input.
+# Every key is checked when the file loads. Relative paths are relative to this file's folder.
+
+[auditor]
+# The auditor's name. It must equal the name in its certificate (role "auditor") and the plan's
+# [secure_aggregation] auditor; the aggregator admits it by the certificate alone.
+name = {toml_string(auditor)}
+# The aggregator's host:port. Its certificate must carry the manifest's aggregator name.
+aggregator = {toml_string(federation.aggregator)}
+# The federation manifest the institutions agreed on: it lists this auditor (role "auditor") and
+# pins its certificate, the aggregator's, every site's and the plan. Required; `fedfair plan pin
+# --config {auditor}/auditor.toml` writes this line.
+# manifest = {toml_string("../" + MANIFEST)}
+# Where the auditor keeps its log ({auditor}.log), the sites each set of inputs was first totalled
+# over (totals.json: the same inputs are totalled over the same sites or not at all, or two totals
+# could be subtracted) and the secret every round's noise key derives from (noise.secret: the same
+# inputs carry the same noise, or two draws could be averaged). Back up both with the folder: an
+# auditor restarted without them cannot keep those promises.
+folder = "."
+# How long to wait on an aggregator that answers but sends nothing before giving up with
+# aggregator-silent (exit status 2); a line every minute says it waits.
+idle_timeout_seconds = 3600.0
+
+{_certificates(federation, auditor, "the auditor's certificate, role auditor (from the CA holder)", "the auditor's")}
+""" + _RETRY.format(party="auditor")

@@ -11,13 +11,18 @@ Why: docs/security.md, "Bounded inputs (two verifiers)", "Declaring it".
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Collection, Iterable
 from typing import Protocol
 
 from fedfair.core.errors import ConfigError
 from fedfair.core.tables import Table
 from fedfair.pki.names import validate_name
+from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded.layout import Layout, squared_bound
+
+logger = logging.getLogger("fedfair.runtime")
 
 NO_INPUT_BOUND = "none"
 """No input is proven within its bound (the default): under masking nobody checks a site's norm."""
@@ -100,6 +105,49 @@ def input_bound_line(secure: InputBound) -> str:
     )
 
 
+def prepare_verification(secure: InputBound, party: str) -> None:
+    """Under the two-verifier mode, compile the proof's arithmetic now (:func:`field.compile_kernels`), and say so.
+
+    Every party of a bounded sum (each site, the aggregator, the auditor) calls this once it knows the plan and before
+    its first round: compiled at first use instead, the first round waited as long as the slowest party compiled,
+    with every party's log saying it waited for another. Nothing happens without the mode.
+    """
+    if secure.input_bound != TWO_VERIFIERS:
+        return
+    started = time.perf_counter()
+    field.compile_kernels()
+    logger.info(
+        "%s: the bounded sum's arithmetic is ready (compiled or loaded in %.1f s, before the first round)",
+        party,
+        time.perf_counter() - started,
+    )
+
+
+def bounded_check_lines(trained_noise: bool) -> list[str]:
+    """What ``fedfair plan show`` says of the check a bounded training sum gets, in place of the masked round's.
+
+    `trained_noise`: the plan adds training noise inside the sum ([privacy] mode = "distributed"), so a void round's
+    inputs are not sent again. docs/security.md, "Bounded inputs (two verifiers)", "The verified total".
+    """
+    if trained_noise:
+        leaver = "the next round applies without it (each round's inputs are trained afresh)"
+    else:
+        leaver = (
+            "its input is in the total that was formed, so the next round on the same model waits once for it and "
+            "is void naming it if it does not return: one that never returns keeps the model as it is for the rest "
+            "of the federation"
+        )
+    return [
+        "training sums: bounded sums, each checked by every accepted site's tags of its own share and the auditor's "
+        "tags of its total; no site re-sums the shares, so the check is sound against the aggregator alone, not "
+        "against a colluding site (the model still moves no further than the plan's sum bound)",
+        f"a site that leaves after sharing and before its tags voids that round (the total cannot be checked "
+        f"without them); {leaver}; "
+        "a site lost after its tags costs no round",
+        "evaluation sums: masked, as without the input bound",
+    ]
+
+
 def check_bounded_round(
     secure: InputBound,
     update_norm: float,
@@ -124,7 +172,7 @@ def check_bounded_round(
     largest = max(weights, default=0.0)  # the largest weight gives the largest bound
     if largest <= 0 or _fits(update_norm, largest, fractional_bits):
         return
-    fitting = next((bits for bits in range(fractional_bits - 1, -1, -1) if _fits(update_norm, largest, bits)), None)
+    fitting = largest_fractional_bits(update_norm, largest, fractional_bits - 1)
     if noised or fitting is None:
         fix = (
             "lower update_norm (the noise's bits follow from one record's sensitivity)"
@@ -139,6 +187,14 @@ def check_bounded_round(
         f"bounded round's field at {bits} fractional_bits = {fractional_bits} (its squared bound must "
         f"stay below about 2^50 in the encoded scale); {fix}"
     )
+
+
+def largest_fractional_bits(update_norm: float, weight: float, at_most: int) -> int | None:
+    """The most fractional bits, up to `at_most`, at which the proof's field holds `update_norm` x `weight`.
+
+    None: not even at 0 bits.
+    """
+    return next((bits for bits in range(at_most, -1, -1) if _fits(update_norm, weight, bits)), None)
 
 
 def _fits(update_norm: float, weight: float, fractional_bits: int) -> bool:

@@ -42,7 +42,7 @@ def pin_plan(
     """Write to ``out`` the manifest at ``manifest_path`` with the plan at ``plan_path`` pinned.
 
     Under ``federation_id`` instead of the manifest's, when given: a new federation of the same roster.
-    Each of `configs` (a plan.toml or a collaborator.toml) then names ``out`` as its manifest
+    Each of `configs` (a plan.toml, a collaborator.toml or an auditor.toml) then names ``out`` as its manifest
     (:func:`name_manifest`); a config that cannot is refused before anything is written.
 
     The plan is read without holding it to the manifest it names (it is the edit being
@@ -68,25 +68,26 @@ def pin_plan(
     return manifest_digest(pinned), changes
 
 
-MANIFEST_KEY_TABLES = ("collaborator", "aggregator")
-"""Where a config names its manifest: a collaborator.toml in [collaborator], a plan in [aggregator]."""
+MANIFEST_KEY_TABLES = ("collaborator", "aggregator", "auditor")
+"""Where a config names its manifest: a collaborator.toml in [collaborator], a plan in [aggregator], an auditor.toml
+in [auditor]."""
 
 
 def name_manifest(config: Path, manifest: Path) -> str:
-    """The text of `config` (a collaborator.toml or a plan.toml) with its manifest key naming `manifest`.
+    """The text of `config` (a collaborator.toml, a plan.toml or an auditor.toml) with its manifest key naming `manifest`.
 
     The path is written relative to the config's folder (as every relative path in it is read), in the
-    key of [collaborator] or [aggregator], replacing the key or the template's commented example.
+    key of [collaborator], [aggregator] or [auditor], replacing the key or the template's commented example.
 
     Raises:
-        ConfigError: the file is neither a collaborator config nor a plan.
+        ConfigError: the file is none of the three.
     """
     _, data = read_toml(config)
     table = next((name for name in MANIFEST_KEY_TABLES if isinstance(data.get(name), dict)), None)
     if table is None:
         raise ConfigError(
-            f"--config {config} has neither a [collaborator] nor an [aggregator] table; give a collaborator.toml or "
-            "the aggregator's plan.toml"
+            f"--config {config} has no [collaborator], [aggregator] or [auditor] table; give a collaborator.toml, "
+            "the aggregator's plan.toml or the auditor's auditor.toml"
         )
     relative = Path(os.path.relpath(manifest.resolve(), config.resolve().parent)).as_posix()
     return set_value(config.read_text(encoding="utf-8"), table, "manifest", json.dumps(relative), config)

@@ -32,7 +32,8 @@ class Federation:
     schema. ``sizes_example`` fills the commented ``[influence] sizes`` line (None: placeholders).
     ``composition_example`` names the commented ``[evaluation] composition`` line's columns (None:
     placeholders), and ``headline`` what turning it on costs the worst-group risk's interval (None:
-    said without figures).
+    said without figures). ``auditor`` names the auditor institution of the two-verifier input bound, which the
+    plan then declares (None: the lines stay commented examples).
     """
 
     federation_id: str
@@ -45,6 +46,7 @@ class Federation:
     sizes_example: tuple[int, ...] | None = None
     composition_example: tuple[str, ...] | None = None
     headline: Headline | None = None
+    auditor: str | None = None
 
     @property
     def listen(self) -> str:

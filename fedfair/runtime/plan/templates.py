@@ -141,6 +141,7 @@ def render_plan(federation: Federation) -> str:
     """The aggregator's ``plan.toml`` for ``federation``, every key commented (``aggregator/plan.toml`` is DEMO's)."""
     sites = "[" + ", ".join(toml_string(site) for site in federation.sites) + "]"
     colluding = 1 if federation.max_colluding is None else federation.max_colluding
+    bounded = federation.auditor is not None
     with_schema = federation.schema is not None
     return "".join(
         (
@@ -218,11 +219,12 @@ max_weight = 1e6    # largest agreed weight (bounds the fixed-point range)
                     # c + 2 <= t and 2t > m + c (docs/design.md section 5); 0 assumes none
 # dropouts = "none" # every collaborator in every round, else the round fails: no two sums over
                     # survivor sets that differ by one site (default "allowed": see docs/design.md)
-# input_bound = "two_verifiers"  # every site proves its update within update_norm x its weight to
+{maybe(bounded, 'input_bound = "two_verifiers"')}  # every site proves its update within update_norm x its weight to
                     # two verifiers, the aggregator and `auditor`: a manifest institution (role
                     # "auditor") that neither aggregates nor trains, which a site may refuse
-                    # (docs/security.md, "Bounded inputs"). Default "none"; no training DP with it yet
-# auditor = "audit-co"
+                    # (docs/security.md, "Bounded inputs"). Default "none". Under [privacy] mode =
+                    # "distributed" each verifier adds training noise to its total; evaluations stay masked
+{maybe(bounded, f"auditor = {toml_string(federation.auditor or 'audit-co')}")}
 
 [privacy]
 # Distributed differential privacy: the collaborators add noise inside the secure sum, so the aggregator

@@ -215,3 +215,10 @@ def stage_label(stage: str) -> str:
     evaluation = name.startswith("EVAL_")
     words = STAGE_WORDS.get(name.removeprefix("EVAL_"), name.lower().replace("_", " "))
     return f"evaluation: {words}" if evaluation else words
+
+
+def input_bound_words(auditor: object) -> str:
+    """What the status and the report say of the run's input bound, from its start event's `auditor`."""
+    if not auditor:
+        return "input bound off"
+    return f"input bound on: every training update proven within its bound to the aggregator and the auditor {auditor}"

@@ -22,6 +22,7 @@ from fedfair.runtime.report.data import (
     Run,
     contribution_matrix,
     epsilon_series,
+    input_bound_words,
     read_run,
     roster,
     stage_label,
@@ -127,11 +128,16 @@ def _summary(run: Run, start: Mapping[str, Any]) -> str:
     secure = {bool(record.get("secure_aggregation")) for record in run.rounds}
     resumes = sum(1 for event in run.events if event.get("event") == "start" and event.get("resume"))
     planned = f" of {start['rounds']} planned" if "rounds" in start else ""
+    excluded = {name: why for record in run.rounds for name, why in (record.get("excluded") or {}).items()}
     return (
         f'<p class="summary">Output folder <code>{html.escape(str(run.folder))}</code>: '
         f"{len(run.rounds)} rounds recorded{planned} ({statuses.count('applied')} applied, "
         f"{statuses.count('aborted')} aborted); secure aggregation {'on' if secure == {True} else 'off'}; "
-        f"{resumes} resumed start(s).</p>"
+        f"{html.escape(input_bound_words(start.get('auditor')))}; {resumes} resumed start(s).</p>"
+        + "".join(
+            f'<p class="summary">Excluded: {html.escape(name)} ({html.escape(str(why))}).</p>'
+            for name, why in excluded.items()
+        )
     )
 
 

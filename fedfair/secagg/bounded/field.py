@@ -136,6 +136,24 @@ def _multiply(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         out[index] = _mul(a[index], b[index])
 
 
+def compile_kernels() -> None:
+    """Run each compiled loop once on a few elements, so that numba compiles it now rather than mid-round.
+
+    numba compiles a loop at its first call: every loop of this module takes about 20 s of one busy core the first
+    time on a machine (then kept in numba's cache beside the source) and about 1 s to load from that cache in a new
+    process. A party of a bounded sum calls this before its first round; uncompiled, each site compiled at its first
+    SHARE and the auditor at its first stages, and round 1 waited for all of them.
+    """
+    row = np.ones(4, dtype=np.uint64)
+    rows = np.ones((3, 4), dtype=np.uint64)
+    multiply(row, row)
+    dot(row, row)
+    combine_rows(row[:3], rows)
+    matmul_transposed(rows, rows)
+    extend(rows)
+    signed_projections(row, trit_codes(bytes(32), b"compile", 8), 2)  # read-only bytes, as a round's
+
+
 def multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The products a_i b_i mod p (equal-length element vectors)."""
     out = np.empty(a.size, dtype=np.uint64)

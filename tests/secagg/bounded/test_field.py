@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -89,3 +92,34 @@ def test_inverse_of_zero_is_refused() -> None:
 
 KNOWN_FIRST_TWO = [865303029794702576, 2144688575830815303]
 """The first two elements of seed 32 x "k", purpose "purpose" (AES-256-CTR under SHA-256 of the label)."""
+
+
+COMPILED_IN_A_ROUND = """
+from numba.core.dispatcher import Dispatcher
+from fedfair.secagg.bounded import field
+from tests.secagg.bounded.roundkit import simulated
+from tests.secagg.bounded.test_round import WEIGHTS, at_bound
+
+loops = {name: value for name, value in vars(field).items()
+         if isinstance(value, Dispatcher) and value.targetoptions.get("inline") != "always"}
+print(len(loops), sorted(name for name, loop in loops.items() if loop.signatures))
+field.compile_kernels()
+compiled = {name: len(loop.signatures) for name, loop in loops.items()}
+print(sorted(name for name, count in compiled.items() if not count))
+trace = simulated({party: at_bound(party, weight) for party, weight in WEIGHTS.items()}, WEIGHTS)
+assert trace.result is not None
+print(sorted(name for name, loop in loops.items() if len(loop.signatures) > compiled[name]))
+"""
+
+
+def test_compile_kernels_leaves_no_loop_for_a_round_to_compile() -> None:
+    """In a fresh interpreter, where no loop has run, compile_kernels compiles (or loads from numba's cache) every
+    compiled loop of the module with the types a round calls it with: a whole bounded round then compiles nothing
+    (issue 94: round 1's SHARE waited for every site to compile, ~30 s). A read-only or strided array is another type
+    to numba, compiled anew at its first call. The always-inlined helpers have no code of their own."""
+    ran = subprocess.run([sys.executable, "-c", COMPILED_IN_A_ROUND], capture_output=True, text=True, check=True)
+    lines = ran.stdout.split("\n")
+    count, compiled_before = lines[0].split(" ", 1)
+    assert int(count) >= 6 and compiled_before == "[]", lines
+    assert lines[1] == "[]", lines  # none left uncompiled
+    assert lines[2] == "[]", lines  # none compiled again for other types in the round
