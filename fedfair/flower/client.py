@@ -9,7 +9,7 @@ place: seeded by the site's partition id, it draws the mini-batches fedfair's ow
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
@@ -104,7 +104,7 @@ def client_app(
     return app
 
 
-def batch_size(config: dict[str, object], num_samples: int) -> int:
+def batch_size(config: Mapping[str, object], num_samples: int) -> int:
     """b_k: the strategy's share of the total batch, or round(fraction * n_k) in a federation of fractions."""
     if BATCH_SIZE in config:
         return whole(config[BATCH_SIZE], "the batch size")
