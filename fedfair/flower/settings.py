@@ -17,7 +17,7 @@ from flwr.app import Array, ArrayRecord
 
 from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
 from fedfair.core.errors import ConfigError
-from fedfair.simulation.rounds import DTYPES
+from fedfair.simulation.federation import DTYPES
 
 ARRAYS = "arrays"
 """The train message's record of the global pair, and the reply's record of the weighted update."""

@@ -43,8 +43,7 @@ from fedfair.flower.settings import (
     read_pair,
     whole,
 )
-from fedfair.simulation.federation import ModelFactory
-from fedfair.simulation.rounds import DTYPES
+from fedfair.simulation.federation import DTYPES, ModelFactory
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +114,7 @@ class FedSRCVaRStrategy(Strategy):
         self.state: server.ServerState | None = None
         self._average_from_round = 0
         self._batch_sizes: dict[int, int] = {}
+        self._timeout: float | None = None
 
     def summary(self) -> None:
         """Log the federation's settings."""
@@ -137,6 +137,7 @@ class FedSRCVaRStrategy(Strategy):
         theta, c = read_pair(initial_arrays)
         self.state = self.algorithm.server_init(theta, c)
         self._batch_sizes = {}
+        self._timeout = timeout
         return super().start(grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn)
 
     def output(self) -> tuple[torch.Tensor, float]:
@@ -178,7 +179,7 @@ class FedSRCVaRStrategy(Strategy):
             for node in nodes
         ]
         sizes: dict[int, tuple[int, int]] = {}
-        for reply in grid.send_and_receive(query):
+        for reply in grid.send_and_receive(query, timeout=self._timeout):
             if reply.has_error():
                 raise AggregateError(
                     f"site {reply.metadata.src_node_id} did not report its size ({reply.error.reason}); "

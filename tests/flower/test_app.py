@@ -159,7 +159,7 @@ def write_tls_files(folder: Path) -> tuple[Path, Path, Path]:
     return paths
 
 
-DEPLOYED_ROUNDS = 5
+DEPLOYED_ROUNDS = 3
 """Each round a SuperNode starts a fresh ClientApp process (torch, Flower and the data loaded anew): 15 s a round here."""
 
 
