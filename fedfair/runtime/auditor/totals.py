@@ -16,7 +16,6 @@ Why: docs/security.md, "A round run again".
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -24,14 +23,12 @@ from typing import TypeVar
 from cryptography.hazmat.primitives import hashes, hmac
 
 from fedfair.core.errors import ConfigError
-from fedfair.core.files import atomic_write, read_json
+from fedfair.core.files import atomic_write, kept_secret, read_json
 
 TOTALS_NAME = "totals.json"
 """The file, in the auditor's folder, of every round it totalled and over which sites."""
 NOISE_SECRET_NAME = "noise.secret"
 """The file, in the auditor's folder, of the secret every round's noise key is derived from."""
-SECRET_BYTES = 32
-
 T = TypeVar("T")
 
 _FIX = (
@@ -108,15 +105,11 @@ class NoiseKeys:
 
     def __init__(self, folder: Path) -> None:
         """Read the secret in `folder`, or make it (ConfigError when the file is not one)."""
-        path = folder / NOISE_SECRET_NAME
-        if not path.exists():
-            atomic_write(path, lambda stream: stream.write(os.urandom(SECRET_BYTES)))
-        self._secret = path.read_bytes()
-        if len(self._secret) != SECRET_BYTES:
-            raise ConfigError(
-                f"{path}: not a {SECRET_BYTES}-byte secret; it is written by the auditor alone: restore it from a "
-                "backup; deleting it lets a round run again carry other noise than its first total's"
-            )
+        self._secret = kept_secret(
+            folder / NOISE_SECRET_NAME,
+            "it is written by the auditor alone: restore it from a backup; deleting it lets a round run again carry "
+            "other noise than its first total's",
+        )
 
     def key(self, federation_id: str, round_number: int, model: str) -> bytes:
         """The 32-byte key of the noise of round `round_number` of `federation_id` on the model `model`."""
