@@ -341,13 +341,14 @@ def round_setup(
     auditor: str | None,
     identity_key: ec.EllipticCurvePrivateKey | None = None,
     noise_mu: float = 0.0,
+    noise_secret: bytes = b"",
 ) -> RoundSetup:
     """What a party of the round `parameters` describe knows beside its config, as every party derives it.
 
     The session is the parameters' digest; the bound is [influence] update_norm and each site's weight its plan
     weight (:meth:`InfluenceSettings.weight_of`); `keys` are the identity keys (:func:`relayed_keys`).
-    `identity_key` is the aggregator's, for its server; None elsewhere. `noise_mu`: each verifier's noise, which every
-    party derives from the plan (:func:`~fedfair.runtime.plan.bounded_noise.bounded_noise_mu`).
+    `identity_key` and `noise_secret` are the aggregator's, for its server; None and b"" elsewhere. `noise_mu`: each
+    verifier's noise, which every party derives from the plan (:func:`~fedfair.runtime.plan.bounded_noise.bounded_noise_mu`).
     """
     return RoundSetup(
         verify,
@@ -360,6 +361,7 @@ def round_setup(
         identity_key=identity_key,
         public=parameters.to_bytes(),
         noise_mu=noise_mu,
+        noise_secret=noise_secret,
     )
 
 

@@ -92,6 +92,7 @@ class RoundSetup:
     public: the round's public parameters as the runner states them (the first stage's input); the bounded sum's
         server sends them to every site with the auditor's key.
     noise_mu: the Skellam parameter each verifier of the bounded sum adds to its total, from the plan (0: no DP).
+    noise_secret: what the aggregator's noise keys derive from (its server's; b"" elsewhere).
     """
 
     verify: CredentialVerifier
@@ -104,6 +105,7 @@ class RoundSetup:
     identity_key: ec.EllipticCurvePrivateKey | None = field(default=None, repr=False)
     public: bytes = b""
     noise_mu: float = 0.0
+    noise_secret: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True)
