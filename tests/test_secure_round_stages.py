@@ -132,24 +132,3 @@ def test_the_count_sees_a_module_that_writes_the_stages_out() -> None:
     assert stages_named(written_out) == {"advertise", "share", "check", "mask"}
     assert len(stages_named(written_out + "server.receive_consistency(x)\n")) == 5
 
-
-ROUND_MODULES = (
-    *sorted((PACKAGE / "secagg").glob("*.py")),
-    PACKAGE / "runtime" / "contract.py",
-    PACKAGE / "runtime" / "aggregator" / "driver.py",
-    PACKAGE / "runtime" / "aggregator" / "secure_uploads.py",
-    PACKAGE / "runtime" / "aggregator" / "stages.py",
-    PACKAGE / "runtime" / "collaborator" / "steps.py",
-    PACKAGE / "simulation" / "secure.py",
-)
-"""The modules the secure round runs through: its declaration, its parties and server, and its runners."""
-
-
-def test_no_module_of_the_round_is_over_the_size_rule() -> None:
-    """No module the secure round runs through is over 450 lines (split by job, never compacted to fit)."""
-    long = {
-        path.relative_to(PACKAGE.parent).as_posix(): lines
-        for path in ROUND_MODULES
-        if (lines := len(path.read_text().splitlines())) > 450
-    }
-    assert not long, f"modules over 450 lines: {long}"
