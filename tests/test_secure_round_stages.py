@@ -131,4 +131,3 @@ def test_the_count_sees_a_module_that_writes_the_stages_out() -> None:
     )
     assert stages_named(written_out) == {"advertise", "share", "check", "mask"}
     assert len(stages_named(written_out + "server.receive_consistency(x)\n")) == 5
-

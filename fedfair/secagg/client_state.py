@@ -1,7 +1,7 @@
 """A party's state for one secure-aggregation round, which the stages of :class:`~fedfair.secagg.client.Client` share.
 
-Its fresh secrets, what it learnt of its peers, the view it signed, and the checks each stage makes before it
-acts (the round's order, the header it binds its messages to). The stages themselves are in
+Its fresh secrets, what it learnt of its peers, the view it signed, and the header it binds its messages to. The
+round's order is its runner's (:class:`~fedfair.secagg.round.PartyOrder`). The stages themselves are in
 :mod:`fedfair.secagg.keys_client`, :mod:`fedfair.secagg.masking_client` and :mod:`fedfair.secagg.verify_client`.
 """
 
@@ -13,9 +13,6 @@ from dataclasses import dataclass
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.core.errors import (
-    ProtocolError,
-)
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.secagg import keys
 from fedfair.secagg.config import SecAggConfig
@@ -82,7 +79,6 @@ class ClientState:
         self._cipher_key = keys.generate_key_pair()
         self._mask_key = keys.generate_key_pair()
         self._seed = os.urandom(SECRET_BYTES)
-        self._next = Stage.ADVERTISE
         self._advertisement: AdvertiseKeys | None = None
         self._directory: dict[int, AdvertiseKeys] = {}
         self._identities: dict[int, ec.EllipticCurvePublicKey] = {}
@@ -110,10 +106,6 @@ class ClientState:
     def signed_view(self) -> View | None:
         """The view (U2', U3, the survivors' masked-input digests) this party signed at CONSISTENCY, or None before."""
         return self._view
-
-    def _expect(self, stage: Stage, step: str) -> None:
-        if self._next is not stage:
-            raise ProtocolError(f"{step}() called out of order: this party is waiting for stage {self._next.name}")
 
     def _header(self, stage: Stage) -> Header:
         return Header(

@@ -44,7 +44,6 @@ class KeyStages(ClientState):
 
     def advertise(self) -> AdvertiseKeys:
         """Stage ADVERTISE: publish this round's two public keys and seed commitment, signed."""
-        self._expect(Stage.ADVERTISE, "advertise")
         cipher_public, mask_public = keys.public_bytes(self._cipher_key), keys.public_bytes(self._mask_key)
         commitment = seed_commitment(self.config.digest, self.party, self._seed)
         payload = advertisement_payload(self.config.digest, self.party, cipher_public, mask_public, commitment)
@@ -57,7 +56,6 @@ class KeyStages(ClientState):
             self._credential,
             sign(self._identity_key, payload),
         )
-        self._next = Stage.SHARE
         return self._advertisement
 
     def share_keys(self, directory: KeyDirectory) -> ShareKeys:
@@ -71,7 +69,6 @@ class KeyStages(ClientState):
             AuthenticationError: the directory carries keys for this party other than the ones it advertised.
             ThresholdError: fewer than t holders remain for this party's secrets.
         """
-        self._expect(Stage.SHARE, "share_keys")
         check_header(directory, self.config, b"")
         senders = [advertisement.sender for advertisement in directory.advertisements]
         if len(set(senders)) != len(senders):
@@ -149,7 +146,6 @@ class KeyStages(ClientState):
         signature = sign(self._identity_key, dealing_payload(session, self.party, dealt_to, lines))
         self._directory, self._identities, self.excluded, self._session = accepted, identities, excluded, session
         self._share_keys, self._pair_keys, self._tag_keys, self._held = share_keys, pair_keys, tag_keys, held
-        self._next = Stage.CHECK
         return ShareKeys(self._header(Stage.SHARE), self.party, tuple(encrypted), signature)
 
     def check_shares(self, bundle: ShareBundle) -> ShareCheck:
@@ -165,7 +161,6 @@ class KeyStages(ClientState):
                 pairs an entry with another sender's dealing.
             ThresholdError: fewer than t holders of this party's secrets remain (itself and its valid senders).
         """
-        self._expect(Stage.CHECK, "check_shares")
         check_header(bundle, self.config, self._session)
         if bundle.recipient != self.party:
             raise ProtocolError("share bundle is addressed to another party")
@@ -202,5 +197,4 @@ class KeyStages(ClientState):
         self._held.update(valid)
         self._accused = frozenset(accused)
         self.accusations = accusations
-        self._next = Stage.MASK
         return ShareCheck(self._header(Stage.CHECK), self.party, accused, signature)

@@ -30,7 +30,7 @@ from fedfair.secagg.payloads import (
     session_id,
     share_check_payload,
 )
-from fedfair.secagg.server_state import Phase, ServerState
+from fedfair.secagg.server_state import ServerState
 from fedfair.secagg.wire import Stage, check_header, check_ids
 
 
@@ -43,7 +43,6 @@ class KeyStages(ServerState):
         Refuses a forged signature, a stranger, a repeat or a key no agreement could use (malformed or of low
         order).
         """
-        self._expect(Phase.COLLECT_KEYS, message)
         identity = verify_advertisement(message, self.config, self._verify_credential)
         for public in (message.cipher_public_key, message.mask_public_key):
             keys.check_public_key(public)
@@ -54,11 +53,9 @@ class KeyStages(ServerState):
 
     def key_directory(self) -> KeyDirectory:
         """Close ADVERTISE: fix the session over the accepted keys and list them for everyone."""
-        self._expect(Phase.COLLECT_KEYS)
         self._require_quorum(len(self._advertisements), "advertised keys")
         advertisements = tuple(self._advertisements[party] for party in sorted(self._advertisements))
         self._session = session_id(self.config.digest, advertisements)
-        self._phase = Phase.COLLECT_SHARES
         return KeyDirectory(self._header(Stage.ADVERTISE), advertisements)
 
     def receive_shares(self, message: ShareKeys) -> None:
@@ -67,7 +64,6 @@ class KeyStages(ServerState):
         Exactly one entry for each neighbour that advertised, in order, under the party's one signature (its
         dealing, checked here once and relayed to every recipient).
         """
-        self._expect(Phase.COLLECT_SHARES, message)
         check_header(message, self.config, self._session)
         sender = message.sender
         if sender not in self._advertisements:
@@ -94,14 +90,12 @@ class KeyStages(ServerState):
 
     def share_bundles(self) -> dict[int, ShareBundle]:
         """Close SHARE: forward to each party the shares addressed to it, each with its sender's dealing."""
-        self._expect(Phase.COLLECT_SHARES)
         self._require_quorum(len(self._share_messages), "shared keys")
         bundles: dict[int, list[EncryptedShares]] = {party: [] for party in self._share_messages}
         for sender in sorted(self._share_messages):
             for entry in self._share_messages[sender].shares:
                 if entry.recipient in bundles:
                     bundles[entry.recipient].append(entry)
-        self._phase = Phase.COLLECT_CHECKS
         header = self._header(Stage.SHARE)
         return {
             party: ShareBundle(header, party, tuple(entries), tuple(self._dealings[e.sender] for e in entries))
@@ -110,7 +104,6 @@ class KeyStages(ServerState):
 
     def receive_share_check(self, message: ShareCheck) -> None:
         """Accept one party's signed share check and record whom it accuses."""
-        self._expect(Phase.COLLECT_CHECKS, message)
         check_header(message, self.config, self._session)
         sender = message.sender
         if sender not in self._share_messages:
@@ -128,7 +121,6 @@ class KeyStages(ServerState):
 
     def masking_set(self) -> MaskingSet:
         """Close CHECK: U2' is every party that sent a share check, minus every accused party."""
-        self._expect(Phase.COLLECT_CHECKS)
         accusers: dict[int, list[int]] = {}
         for accuser, accused in sorted(self._checks.items()):
             for party in accused:
@@ -138,5 +130,4 @@ class KeyStages(ServerState):
             self._name(party, f"accused by parties {list(names)} at CHECK")
         self._masking = tuple(sorted(self._checks.keys() - self._accusations.keys()))
         self._require_quorum(len(self._masking), "checked their shares unaccused")
-        self._phase = Phase.COLLECT_MASKED
         return MaskingSet(self._header(Stage.MASK), self._masking)

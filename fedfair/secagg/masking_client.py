@@ -49,7 +49,6 @@ class MaskingStages(ClientState):
                 it takes no further part).
             ThresholdError: the masking set leaves fewer than t of this party's holders (itself included).
         """
-        self._expect(Stage.MASK, "masked_input")
         check_header(masking_set, self.config, self._session)
         encoder = self.config.encoder
         if (
@@ -97,7 +96,6 @@ class MaskingStages(ClientState):
         prg.apply_masks(encoded, masks)
         self._input_digest = masked_input_digest(self._session, self.party, encoded)
         self._masking_set = masking_set.parties
-        self._next = Stage.CONSISTENCY
         return MaskedInput(self._header(Stage.MASK), self.party, encoded)
 
     def consistency(self, survivor_set: SurvivorSet) -> ConsistencySignature:
@@ -119,7 +117,6 @@ class MaskingStages(ClientState):
             if self._view != (survivor_set.masking_set, survivor_set.survivors, survivor_set.inputs):
                 raise UnmaskRefusedError("this party already signed another view of the round; refused")
             return self._signed
-        self._expect(Stage.CONSISTENCY, "consistency")
         check_header(survivor_set, self.config, self._session)
         check_ids(survivor_set.masking_set, "the survivor set's masking set")
         check_ids(survivor_set.survivors, "the survivor set")
@@ -143,7 +140,6 @@ class MaskingStages(ClientState):
         signature = sign(self._identity_key, consistency_payload(self._session, *view))
         self._view = view
         self._signed = ConsistencySignature(self._header(Stage.CONSISTENCY), self.party, signature)
-        self._next = Stage.UNMASK
         return self._signed
 
     def unmask(self, request: UnmaskRequest) -> UnmaskResponse:
@@ -157,11 +153,11 @@ class MaskingStages(ClientState):
                 signed, or it carries valid consistency signatures of fewer than t distinct survivors on
                 that view (fewer than t of an owner's holders on a SecAgg+ graph).
         """
-        self._expect(Stage.UNMASK, "unmask")
+        if self._view is None:
+            raise ProtocolError("unmask() called before this party signed the survivor set")
         check_header(request, self.config, self._session)
         if self._answered is not None and self._answered[0] == request:
             return self._answered[1]
-        assert self._view is not None  # set when the stage began
         check_ids(request.survivors, "the unmask request's survivors")
         check_ids(request.dropped, "the unmask request's dropped parties")
         masking_set, survivors, _inputs = self._view

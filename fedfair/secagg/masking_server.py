@@ -11,7 +11,6 @@ import numpy as np
 from fedfair.core.errors import (
     AuthenticationError,
     ProtocolError,
-    SumOutOfRangeError,
     ThresholdError,
     UnmaskRefusedError,
 )
@@ -28,7 +27,7 @@ from fedfair.secagg.messages import (
 from fedfair.secagg.payloads import consistency_payload, masked_input_digest
 from fedfair.secagg.recovery import Recovery, check_range, unmasking_streams
 from fedfair.secagg.resum import resum_decides
-from fedfair.secagg.server_state import AggregateResult, Phase, ServerState
+from fedfair.secagg.server_state import AggregateResult, ServerState
 from fedfair.secagg.shares import Kind
 from fedfair.secagg.wire import SUM_STAGES, Stage, check_header
 
@@ -44,7 +43,6 @@ class MaskingStages(ServerState):
         round whose tags do not all arrive (:func:`~fedfair.secagg.resum.resum_decides`). Otherwise it is never
         stored on its own.
         """
-        self._expect(Phase.COLLECT_MASKED, message)
         check_header(message, self.config, self._session)
         if message.sender not in self._masking:
             raise ProtocolError(f"party {message.sender} sent a masked input but is not in the masking set")
@@ -60,21 +58,17 @@ class MaskingStages(ServerState):
 
     def survivor_set(self) -> SurvivorSet:
         """Close MASK: U3 is every party whose masked input arrived; every survivor is asked to sign the view."""
-        self._expect(Phase.COLLECT_MASKED)
         self._require_quorum(len(self._masked), "sent masked inputs")
         try:
             # Every survivor refuses to sign a view that colluders could cut; say so once, here.
             check_survivors(self.config.graph, self._masked, self.config.max_colluding)
         except UnmaskRefusedError as error:
-            self._phase = Phase.ABORTED
             raise ThresholdError(f"{error}; round aborted") from None
         self._survivors = tuple(sorted(self._masked))
-        self._phase = Phase.COLLECT_CONSISTENCY
         return SurvivorSet(self._header(Stage.CONSISTENCY), self._masking, self._survivors, self._view_inputs)
 
     def receive_consistency(self, message: ConsistencySignature) -> None:
         """Accept one survivor's signature over the view (U2', U3, masked-input digests) this server sent."""
-        self._expect(Phase.COLLECT_CONSISTENCY, message)
         check_header(message, self.config, self._session)
         sender = message.sender
         if sender not in self._masked:
@@ -88,7 +82,6 @@ class MaskingStages(ServerState):
 
     def unmask_request(self) -> UnmaskRequest:
         """Close CONSISTENCY: ask the survivors for their shares, with the t or more signatures they need."""
-        self._expect(Phase.COLLECT_CONSISTENCY)
         self._require_quorum(len(self._signatures), "signed the survivor set")
         dropped = tuple(sorted(set(self._masking) - self._masked))
         self._request = UnmaskRequest(
@@ -99,12 +92,10 @@ class MaskingStages(ServerState):
         self._needed += [(Kind.MASK_KEY, owner) for owner in dropped if self.config.graph[owner] & self._masked]
         dealt = {sender: message.shares for sender, message in self._share_messages.items()}
         self._recovery = Recovery(self.config, self._session, dealt, self._advertisements)
-        self._phase = Phase.COLLECT_UNMASK
         return self._request
 
     def receive_unmask_response(self, message: UnmaskResponse) -> None:
         """Accept one survivor's shares: seed shares of survivors, mask-key shares of dropped parties."""
-        self._expect(Phase.COLLECT_UNMASK, message)
         check_header(message, self.config, self._session)
         assert self._request is not None  # set when the phase began
         responder = message.sender
@@ -120,27 +111,26 @@ class MaskingStages(ServerState):
         self._responders.add(responder)
 
     def ready(self) -> bool:
-        """Whether every secret the sum needs can already be rebuilt and verified (UNMASK stage only).
+        """Whether every secret the sum needs can already be rebuilt and verified (False before the unmask request).
 
         Rebuilt secrets are kept, so calling this after each response costs little; a
         runtime may close the stage as soon as it says True.
         """
-        if self._phase is not Phase.COLLECT_UNMASK:
+        recovery = self._recovery
+        if recovery is None:
             return False
-        recovery = self._recovering()
         return all(recovery.rebuild(kind, owner) is not None for kind, owner in self._needed)
 
     def finish(self) -> AggregateResult:
         """Close UNMASK: rebuild and verify the secrets, strip the masks from the sum, decode and check it.
 
-        Any error aborts the round: no result exists to apply.
+        Any error aborts the round (its runner's :class:`~fedfair.secagg.round.ServerOrder`): no result exists to apply.
 
         Raises:
             ThresholdError: too few valid shares of a secret, naming the culprits.
             ProtocolError: signed shares that do not rebuild the committed secret, naming the culprits.
             SumOutOfRangeError: the decoded sum is impossible for honest inputs.
         """
-        self._expect(Phase.COLLECT_UNMASK)
         recovery = self._recovering()
         secrets, suspects = recovery.rebuild_all(self._needed)
         failed = [key for key in self._needed if key not in secrets]
@@ -149,7 +139,6 @@ class MaskingStages(ServerState):
                 self._name(party, reason)
                 self._proven.add(party)
         if failed:
-            self._phase = Phase.ABORTED
             raise recovery.failure(failed, self.culprits)
         masks = unmasking_streams(
             secrets, session=self._session, config=self.config, masked=self._masked, advertisements=self._advertisements
@@ -158,12 +147,7 @@ class MaskingStages(ServerState):
         self._secrets = secrets
         contributors = self._survivors
         decoded = self.config.encoder.decode(self._sum, len(contributors))
-        try:
-            check_range(decoded, len(contributors), self.config.encoding)
-        except SumOutOfRangeError:
-            self._phase = Phase.ABORTED
-            raise
-        self._phase = Phase.DONE
+        check_range(decoded, len(contributors), self.config.encoding)
         roster = set(range(1, self.config.size + 1))
         # Who went silent in each stage of the sum, in the stages' order.
         silent = (

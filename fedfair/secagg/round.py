@@ -16,12 +16,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, ProtocolError, StaleMessageError
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.secagg.client import Client
 from fedfair.secagg.config import SecAggConfig
@@ -181,6 +181,10 @@ class StageSpec:
     withheld: why an aggregator must not close the stage and send its outcome on (None: it may), checked just
         before :attr:`close`; it aborts the round instead. An in-process round sends it on regardless.
     uploaders: who uploads in the stage, so who a runtime admits there (:class:`Uploaders`).
+    repeatable: a party may take the stage again once it took it (its step answers the same input the same way,
+        and refuses another), so a server that asks twice gets the same answer.
+    skippable: a party may take the stages after this one without it (a stage the server may close before every
+        party answered: one it never asked takes part in the next all the same).
     """
 
     stage: enum.IntEnum
@@ -197,6 +201,8 @@ class StageSpec:
     ready: Callable[[Any], bool] | None = None
     withheld: Callable[[Any], str | None] | None = None
     uploaders: Uploaders = Uploaders.PARTIES
+    repeatable: bool = False
+    skippable: bool = False
 
 
 @dataclass(frozen=True)
@@ -248,6 +254,133 @@ class SecureRound:
         if not setup.auditor:
             raise ConfigError(f"a {self.name} round has an auditor: name it in the round's setup (the plan's auditor)")
         return PartyNames(config, setup.auditor, self.auditor)
+
+
+_Result = TypeVar("_Result")
+
+
+class PartyOrder:
+    """Where one party stands in its round's stages: the one guard of the order a party takes them in.
+
+    The state machines keep no order of their own; whoever runs a party's steps takes each through this, so a
+    server that sends a stage's input out of the declared order is refused. A party takes a stage once every
+    stage before it was taken (or is :attr:`StageSpec.skippable`), and once only unless it is
+    :attr:`StageSpec.repeatable`. A step that raises leaves the party where it was.
+    """
+
+    def __init__(self, stages: tuple[StageSpec, ...]) -> None:
+        self._stages = stages
+        self._taken: set[int] = set()
+
+    def take(self, spec: StageSpec, step: Callable[[], _Result]) -> _Result:
+        """Run `step`, the party's step of `spec`, if the party may take that stage now.
+
+        Raises:
+            ProtocolError: `spec` is out of order (naming the stage the party waits for), or not of this round.
+        """
+        index = _index(self._stages, spec)
+        before = self._stages[:index]
+        ready = all(earlier in self._taken or spec_before.skippable for earlier, spec_before in enumerate(before))
+        if not ready or (index in self._taken and not spec.repeatable):
+            waiting = next((s.stage.name for i, s in enumerate(self._stages) if i not in self._taken), "none")
+            raise ProtocolError(
+                f"stage {spec.stage.name} ({spec.wire}) is out of order: this party is waiting for stage {waiting}"
+            )
+        outcome = step()
+        self._taken.add(index)
+        return outcome
+
+
+class ServerOrder:
+    """Where the server's round stands in its stages: the one guard of the order the server runs them in.
+
+    A round is opened (:meth:`begin`), then each stage takes uploads until it is closed, and its close opens the
+    next; the sum's last close (:meth:`SecureSum.finish`) opens nothing, and the verifying stages begin with
+    :meth:`verify`. An upload for any other stage is stale; a close that raises aborts the round, after which
+    nothing is taken.
+    """
+
+    def __init__(self, round_kind: SecureRound, verified: bool) -> None:
+        self._sum = len(round_kind.sum_stages)
+        self._stages = round_kind.stages(verified)
+        self._open: int | None = None
+        self._closed = 0
+        self._aborted = False
+
+    @property
+    def where(self) -> str:
+        """The stage the server collects uploads for, or where the round stands between and after its stages."""
+        if self._aborted:
+            return "aborted"
+        if self._open is not None:
+            return self._stages[self._open].stage.name
+        if self._closed == 0:
+            return "not begun"
+        return "finished" if self._closed == self._sum else "closed"
+
+    def begin(self) -> None:
+        """Open the round's first stage."""
+        self._opening(0)
+
+    def verify(self) -> None:
+        """Open the first verifying stage, once the sum is finished."""
+        self._opening(self._sum)
+
+    def is_open(self, spec: StageSpec) -> bool:
+        """Whether `spec` is the stage the server collects uploads for."""
+        return not self._aborted and self._open is not None and self._stages[self._open] is spec
+
+    def receive(self, spec: StageSpec, message: object, step: Callable[[], None]) -> None:
+        """Run `step`, the server's receive of `message` in `spec`, if that stage is open.
+
+        Raises:
+            StaleMessageError: `spec` is not the open stage (the message is dropped).
+            ProtocolError: the round was aborted.
+        """
+        self._refuse_aborted()
+        if not self.is_open(spec):
+            raise StaleMessageError(
+                f"{type(message).__name__} arrived while the server is in stage {self.where}; it was dropped"
+            )
+        step()
+
+    def close(self, spec: StageSpec, step: Callable[[], _Result]) -> _Result:
+        """Run `step`, the server's close of `spec`, if that stage is open; then open the stage after it.
+
+        The sum's last close and the round's open nothing: the verifying stages begin with :meth:`verify`.
+
+        Raises:
+            ProtocolError: `spec` is not the open stage, or the round was aborted; whatever `step` raises, which
+                aborts the round.
+        """
+        self._refuse_aborted()
+        if not self.is_open(spec):
+            raise ProtocolError(f"called out of order: the server is in stage {self.where}")
+        try:
+            outcome = step()
+        except ProtocolError:
+            self._aborted = True
+            raise
+        self._closed += 1
+        self._open = self._closed if self._closed not in (self._sum, len(self._stages)) else None
+        return outcome
+
+    def _opening(self, index: int) -> None:
+        self._refuse_aborted()
+        if self._open is not None or self._closed != index or index >= len(self._stages):
+            raise ProtocolError(f"called out of order: the server is in stage {self.where}")
+        self._open = index
+
+    def _refuse_aborted(self) -> None:
+        if self._aborted:
+            raise ProtocolError("this round was aborted; start a new round")
+
+
+def _index(stages: tuple[StageSpec, ...], spec: StageSpec) -> int:
+    for index, known in enumerate(stages):
+        if known is spec:
+            return index
+    raise ProtocolError(f"stage {spec.wire} is not a stage of this round")
 
 
 def small_upload(config: SecAggConfig) -> int:
@@ -393,6 +526,7 @@ SECURE_ROUND = SecureRound(
             close=_unmask_request,
             upload_bytes=small_upload,
             unready=NO_INPUT,
+            repeatable=True,
         ),
         StageSpec(
             Stage.UNMASK,
@@ -409,6 +543,8 @@ SECURE_ROUND = SecureRound(
             # It ends as soon as every secret can be rebuilt and checked: a survivor that withholds its
             # shares costs nothing once enough others answered.
             ready=Server.ready,
+            repeatable=True,
+            skippable=True,
         ),
     ),
     verify_stages=(
@@ -425,6 +561,7 @@ SECURE_ROUND = SecureRound(
             upload_bytes=small_upload,
             unready=NO_INPUT,
             withheld=_tags_withheld,
+            repeatable=True,
         ),
         StageSpec(
             Stage.VERIFY,
@@ -438,6 +575,7 @@ SECURE_ROUND = SecureRound(
             close=None,
             upload_bytes=small_upload,
             unready=NO_INPUT,
+            repeatable=True,
         ),
     ),
     server=_masked_server,

@@ -1,14 +1,13 @@
 """The aggregator's state for one secure-aggregation round, which the stages of :class:`~fedfair.secagg.server.Server` share.
 
 What every stage reads or writes (the advertisements, the shares' dealings, the checks, the running sum, the
-survivors' signatures, the revealed shares, the tags), the phase the round is in, and the checks each stage
-makes before it acts: its phase, its quorum. The stages themselves are in :mod:`fedfair.secagg.keys_server`,
+survivors' signatures, the revealed shares, the tags), and the check each stage's close makes: its quorum. The
+round's order is its runner's (:class:`~fedfair.secagg.round.ServerOrder`). The stages themselves are in :mod:`fedfair.secagg.keys_server`,
 :mod:`fedfair.secagg.masking_server` and :mod:`fedfair.secagg.verify_server`.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -17,7 +16,6 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import (
     ProtocolError,
-    StaleMessageError,
     ThresholdError,
 )
 from fedfair.pki.identity import CredentialVerifier
@@ -59,21 +57,6 @@ class AggregateResult:
     accusations: Mapping[int, tuple[int, ...]]
 
 
-class Phase(enum.Enum):
-    """Where the server's round stands: the stage it collects uploads for, or its end."""
-
-    COLLECT_KEYS = "ADVERTISE"
-    COLLECT_SHARES = "SHARE"
-    COLLECT_CHECKS = "CHECK"
-    COLLECT_MASKED = "MASK"
-    COLLECT_CONSISTENCY = "CONSISTENCY"
-    COLLECT_UNMASK = "UNMASK"
-    DONE = "finished"
-    COLLECT_TAGS = "VERIFY"
-    VERIFIED = "tags relayed"
-    ABORTED = "aborted"
-
-
 class ServerState:
     """The aggregator's state for one round, and the checks its stages share.
 
@@ -84,7 +67,6 @@ class ServerState:
     def __init__(self, config: SecAggConfig, verify_credential: CredentialVerifier) -> None:
         self.config = config
         self._verify_credential = verify_credential
-        self._phase = Phase.COLLECT_KEYS
         self._session = b""
         self._advertisements: dict[int, AdvertiseKeys] = {}
         self._identities: dict[int, ec.EllipticCurvePublicKey] = {}
@@ -168,23 +150,11 @@ class ServerState:
 
     def _require_quorum(self, count: int, what: str) -> None:
         if count < self.config.t:
-            self._phase = Phase.ABORTED
             accused = f" (accused at CHECK: {dict(self._accusations)})" if self._accusations else ""
             raise ThresholdError(
                 f"only {count} of {self.config.size} parties {what}, below the threshold {self.config.t}; "
                 f"round aborted{accused}"
             )
-
-    def _expect(self, phase: Phase, message: object = None) -> None:
-        if self._phase is phase:
-            return
-        if self._phase is Phase.ABORTED:
-            raise ProtocolError("this round was aborted; start a new round")
-        if message is not None:
-            raise StaleMessageError(
-                f"{type(message).__name__} arrived while the server is in stage {self._phase.value}; it was dropped"
-            )
-        raise ProtocolError(f"called out of order: the server is in stage {self._phase.value}")
 
     def _header(self, stage: Stage) -> Header:
         session = b"" if stage is Stage.ADVERTISE else self._session

@@ -27,7 +27,7 @@ from fedfair.pki.identity import (
 )
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import Decoded
-from fedfair.secagg.round import SECURE_ROUND, Opening, RoundSetup, SecureRound, StageSpec
+from fedfair.secagg.round import SECURE_ROUND, Opening, PartyOrder, RoundSetup, SecureRound, ServerOrder, StageSpec
 from fedfair.secagg.server import AggregateResult
 from fedfair.secagg.messages import Message
 from fedfair.secagg.wire import Stage
@@ -90,6 +90,8 @@ def simulate_round(
         for name, key in identities.items()
     }
     server = protocol.server(config, RoundSetup(verify))
+    order = ServerOrder(protocol, verified)
+    orders = {party: PartyOrder(protocol.stages(verified)) for party in clients}
     # Per stage, each party's seconds in its steps, in the order the parties first took a step of it.
     party_seconds: dict[Stage, dict[int, float]] = {stage: {} for stage in Stage}
     server_seconds: dict[Stage, float] = dict.fromkeys(Stage, 0.0)
@@ -115,7 +117,7 @@ def simulate_round(
             encoding = _Encoding(partial(encoded_input, party), clock)
             seconds = party_seconds[stage]
             started = clock()
-            outcome = spec.step(clients[party], received, encoding)
+            outcome = orders[party].take(spec, partial(spec.step, clients[party], received, encoding))
             # The party's time in its step, without the caller's encoding of its input.
             seconds[party] = seconds.get(party, 0.0) + clock() - started - encoding.seconds
             if spec.upload is None:  # the party's verdict: the sum it verified
@@ -126,24 +128,28 @@ def simulate_round(
             message = spec.upload(wire)
             if observe is not None:
                 observe(message)
-            assert spec.receive is not None  # a stage whose parties upload a message has a server that takes it
+            receive = spec.receive
+            assert receive is not None  # a stage whose parties upload a message has a server that takes it
             with server_timer(stage):
-                spec.receive(server, message)
-        if spec.close is None:
+                order.receive(spec, message, partial(receive, server, message))
+        close = spec.close
+        if close is None:
             return None
         with server_timer(stage):
-            return spec.close(server)
+            return order.close(spec, partial(close, server))
 
+    order.begin()
     opening: Opening | None = protocol.open_sum(server)
     for spec in protocol.sum_stages:
         assert opening is not None  # every stage of the sum but its last opens the next
         opening = run(spec, opening)
-    last = _header_stage(protocol.sum_stages[-1])
-    with server_timer(last):
-        result: AggregateResult = server.finish()
+    last = protocol.sum_stages[-1]
+    with server_timer(_header_stage(last)):
+        result: AggregateResult = order.close(last, server.finish)
     if verified:
         first = _header_stage(protocol.verify_stages[0])
         with server_timer(first):
+            order.verify()
             opening = protocol.open_verification(server, result)
         for spec in protocol.verify_stages:
             assert opening is not None  # every verifying stage but the last opens the next

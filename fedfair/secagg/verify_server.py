@@ -15,7 +15,7 @@ from fedfair.core.errors import (
 from fedfair.pki.identity import is_valid_signature
 from fedfair.secagg import config as config_module
 from fedfair.secagg.resum import resum_decides
-from fedfair.secagg.server_state import Phase, ServerState
+from fedfair.secagg.server_state import ServerState
 from fedfair.secagg.shares import Kind
 from fedfair.secagg.verify import TAG_BYTES, Challenge, aggregate_digest, check_sum, tag_payload
 from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, Material, TagSet
@@ -33,9 +33,7 @@ class VerifyStages(ServerState):
         Where the round re-sums (``config.resummed``) the claim also carries the survivors' masked inputs, the
         secrets rebuilt at UNMASK and the consistency signatures the unmask request carried.
         """
-        self._expect(Phase.DONE)
         self._digest = aggregate_digest(self._session, self._survivors, self._view_inputs, self._sum)
-        self._phase = Phase.COLLECT_TAGS
         if not self.config.resummed:
             return AggregateClaim(self._header(Stage.VERIFY), self._sum)
         return AggregateClaim(self._header(Stage.VERIFY), self._sum, *self._material())
@@ -50,7 +48,6 @@ class VerifyStages(ServerState):
 
     def receive_tag(self, message: AggregateTag) -> None:
         """Accept one survivor's tags, signed by it over the digest of the aggregate this server claimed."""
-        self._expect(Phase.COLLECT_TAGS, message)
         check_header(message, self.config, self._session)
         sender = message.sender
         if sender not in self._masked:
@@ -81,7 +78,6 @@ class VerifyStages(ServerState):
         (which nobody can tell apart from a forged sum): relaying the tags would only make every survivor
         refuse the aggregate, so the runtime aborts the round instead. Costs one challenge over the d + 1 words.
         """
-        self._expect(Phase.COLLECT_TAGS)
         if self.untagged:
             return False
         challenge = Challenge(self._session, self._digest, self._sum.size)
@@ -94,8 +90,6 @@ class VerifyStages(ServerState):
         :func:`~fedfair.secagg.resum.resum_decides`), the tag set carries it, for every survivor to re-sum the sum
         it tagged; with every tag in, or where the claim carried it, it carries none.
         """
-        self._expect(Phase.COLLECT_TAGS)
-        self._phase = Phase.VERIFIED
         tags = tuple(self._tags[party] for party in sorted(self._tags))
         if self.untagged and resum_decides(self.config) and not self.config.resummed:
             names = ", ".join(map(self.config.name_of, self.untagged))

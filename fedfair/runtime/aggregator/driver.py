@@ -46,7 +46,7 @@ from fedfair.runtime.transport.chunks import plain_rounding, plain_upload_size
 from fedfair.secagg import EncodingConfig, SecAggConfig
 from fedfair.secagg.bounded.server import BoundedServer
 from fedfair.secagg.credentials import remembered
-from fedfair.secagg.round import Opening, PartyNames, SecureSum, StageSpec
+from fedfair.secagg.round import Opening, PartyNames, SecureSum, ServerOrder, StageSpec
 from fedfair.secagg.wire import Stage as SecAggStage
 
 logger = logging.getLogger("fedfair.aggregator")
@@ -289,6 +289,7 @@ class SumDriver:
         except ConfigError as error:
             raise RoundAbortedError(f"secure aggregation cannot run with these participants: {error}") from None
         outcome = SumOutcome(np.zeros(0), 0.0, 0.0, ())
+        order = ServerOrder(protocol, verified=True)
 
         def run(specs: tuple[StageSpec, ...], opening: Opening | None) -> None:
             for spec in specs:
@@ -297,18 +298,24 @@ class SumDriver:
                     # A site binds its input to the roster before it shares: from here on a void round leaves the
                     # next round on this model to exactly the roster, as the sites will only share it with that one.
                     self.bound_inputs = frozenset(config.parties)
-                self._secure_stage(round_number, stages, spec, server, opening, parameters, outcome, config, names)
+                self._secure_stage(
+                    round_number, stages, spec, order, server, opening, parameters, outcome, config, names
+                )
                 why = spec.withheld(server) if spec.withheld is not None else None
                 if why is not None:
                     raise RoundAbortedError(why)
-                opening = spec.close(server) if spec.close is not None else None
+                close = spec.close
+                opening = order.close(spec, partial(close, server)) if close is not None else None
 
         try:
+            order.begin()
             run(protocol.sum_stages, protocol.open_sum(server))
-            result = server.finish()
+            result = order.close(protocol.sum_stages[-1], server.finish)
             # From here on, a void round leaves every survivor bound to the sum's contributors.
             if protocol.binds_roster_at is None:
                 self.bound_inputs = frozenset(map(config.name_of, result.contributors))
+            if protocol.verify_stages:
+                order.verify()
             run(protocol.verify_stages, protocol.open_verification(server, result))
         except ProtocolError as error:
             # Whoever the protocol could prove misbehaved is named, even when the round is void.
@@ -328,6 +335,7 @@ class SumDriver:
         round_number: int,
         stages: Stages,
         spec: StageSpec,
+        order: ServerOrder,
         server: SecureSum,
         opening: Opening,
         parameters: RoundParameters,
@@ -351,11 +359,10 @@ class SumDriver:
         if spec.upload is None:
             handler: UploadHandler = _verdict
         else:
-            assert spec.receive is not None  # a stage whose parties upload a message has a server that takes it
             parse = spec.upload
             if spec.stage is SecAggStage.MASK and kept_in_files(config):
                 parse = in_file(parse, self.settings.folder)
-            handler = SecureUpload(parse, partial(spec.receive, server)).handler(names)
+            handler = SecureUpload(parse, partial(_receive, order, spec, server)).handler(names)
         ready = None if spec.ready is None else partial(spec.ready, server)
         size = spec.upload_bytes(config)
         uploaded = self._stage(round_number, stages.wire(spec), expected, inputs, handler, size, outcome, ready=ready)
@@ -425,6 +432,13 @@ class SumDriver:
         outcome.weighted_sum, outcome.total_weight = total, total_weight
         outcome.contributors = tuple(sorted(contributors))
         return outcome
+
+
+def _receive(order: ServerOrder, spec: StageSpec, server: SecureSum, message: object) -> None:
+    """The server's receive of `message` in `spec`, taken only while that stage is open (:class:`ServerOrder`)."""
+    receive = spec.receive
+    assert receive is not None  # a stage whose parties upload a message has a server that takes it
+    order.receive(spec, message, partial(receive, server, message))
 
 
 def _verdict(peer: str, payload: bytes) -> None:

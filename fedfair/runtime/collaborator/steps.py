@@ -18,7 +18,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import numpy as np
 from cryptography import x509
@@ -49,9 +50,11 @@ from fedfair.secagg import Client, EncodingConfig
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.bounded.peers import BoundedSite
 from fedfair.secagg.graph import canonical_roster
-from fedfair.secagg.round import SecureRound, StageSpec
+from fedfair.secagg.round import PartyOrder, SecureRound, StageSpec
 from fedfair.secagg.verify_client import PLAIN_PIECE
 from fedfair.secagg.wire import Stage as SecAggStage
+
+_Upload = TypeVar("_Upload")
 
 StageInput = bytes | memoryview
 """A stage's input: bytes, or for a claimed sum or a tag set (:data:`~fedfair.runtime.collaborator.uplink.CLAIMS`,
@@ -84,6 +87,8 @@ class Work:
     weight: float
     client: Client | BoundedSite | None = None
     """This round's party state: the masked round's client, or the bounded sum's site."""
+    order: PartyOrder | None = None
+    """Where the masked round's client stands in the round's stages, once it began the round."""
     withdrawn: bool = False
     encoded: np.ndarray | None = None
     """The fixed-point encoding of (vector, weight), made before the masking stage needs it."""
@@ -261,8 +266,9 @@ def advertise(me: Participant, work: Work, inputs: StageInput) -> bytes:
     # No copy of the encoded input is kept for a verified aggregation: the tag step hands the client the words as
     # the record keeps them on disk (:func:`tag`).
     work.client = protocol.client(config, me.name, me.identity_key, me.credential, me.verify)
+    work.order = PartyOrder(protocol.stages(True))
     first = protocol.sum_stages[0]
-    return bytes(first.step(work.client, None, _not_asked).to_bytes())
+    return bytes(_take(work, first, partial(first.step, work.client, None, _not_asked)).to_bytes())
 
 
 def masked(me: Participant, work: Work, inputs: StageInput) -> bytes | Pieces:
@@ -288,7 +294,7 @@ def masked(me: Participant, work: Work, inputs: StageInput) -> bytes | Pieces:
     work.encoded = None  # masked in place: never reuse it
     received = _received(spec, inputs)
     # In pieces: the masked words travel from their own memory, never copied whole into one message.
-    pieces: Pieces = spec.step(client, received, lambda: encoded).to_pieces()
+    pieces: Pieces = _take(work, spec, partial(spec.step, client, received, lambda: encoded)).to_pieces()
     return pieces
 
 
@@ -317,7 +323,7 @@ def consistency(me: Participant, work: Work, inputs: StageInput) -> bytes:
             "this input was already signed for with other survivors (in an earlier session or round, or before "
             "a restart); two sums over different survivors would let the aggregator subtract one from the other",
         )
-    signature = spec.step(client, survivor_set, _not_asked)
+    signature = _take(work, spec, partial(spec.step, client, survivor_set, _not_asked))
     work.view.bind(survivors)  # kept on disk before the signature leaves
     return bytes(signature.to_bytes())
 
@@ -338,7 +344,7 @@ def tag(me: Participant, work: Work, inputs: StageInput) -> bytes:
         raise VerificationError(work.round, VerifyReason.MALFORMED, f"the claimed sum is unreadable: {error}") from None
     # The encoded input as the record kept it on disk (the job's view once it settled), read back a piece at a time
     # and handed down: no copy of the d + 1 words is held from masking to tagging.
-    return bytes(client.tag(claim, work.view.read_words(PLAIN_PIECE)).to_bytes())
+    return bytes(_take(work, spec, partial(client.tag, claim, work.view.read_words(PLAIN_PIECE))).to_bytes())
 
 
 def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
@@ -359,7 +365,7 @@ def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
         tags = _received(spec, inputs)
     except ProtocolError as error:
         raise VerificationError(work.round, VerifyReason.MALFORMED, f"the tags are unreadable: {error}") from None
-    verified = spec.step(client, tags, _not_asked)
+    verified = _take(work, spec, partial(spec.step, client, tags, _not_asked))
     if work.stages is TRAINING and work.view.survivors is not None:
         me.chain.verified(work.round, verified, work.view.survivors, client.config.encoder)
     elif work.stages is EVALUATION and work.view.survivors is not None:
@@ -375,7 +381,8 @@ def client_step(spec: StageSpec) -> Step:
 
         Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when this party did not take the stages before it.
         """
-        return bytes(spec.step(_started(work, spec), _received(spec, inputs), _not_asked).to_bytes())
+        client = _started(work, spec)
+        return bytes(_take(work, spec, partial(spec.step, client, _received(spec, inputs), _not_asked)).to_bytes())
 
     return step
 
@@ -397,6 +404,19 @@ def _started(work: Work, spec: StageSpec) -> Any:
     if work.client is None:
         raise RefusedError(Refusal.WITHDRAWN, spec.unready)
     return work.client
+
+
+def _take(work: Work, spec: StageSpec, step: Callable[[], _Upload]) -> _Upload:
+    """Run `step`, this party's step of `spec`, in the round's order (:class:`~fedfair.secagg.round.PartyOrder`).
+
+    Raises:
+        RefusedError: reason :attr:`Refusal.WITHDRAWN` where this party did not begin the round
+            (:attr:`StageSpec.unready`).
+        ProtocolError: `spec` is out of the round's order.
+    """
+    if work.order is None:
+        raise RefusedError(Refusal.WITHDRAWN, spec.unready)
+    return work.order.take(spec, step)
 
 
 def _received(spec: StageSpec, inputs: StageInput) -> Any:
