@@ -112,6 +112,10 @@ EVALUATION = Stages(start=pb.STAGE_EVALUATE, kind="evaluate", prefix="EVAL_", se
 """An evaluation: the masked round's stages in every mode (its sums are counts and losses, which no plan bounds)."""
 
 
+AGGREGATIONS: tuple[Stages, ...] = (TRAINING, BOUNDED_TRAINING, EVALUATION)
+"""Every kind of aggregation a federation runs: a runtime that looks a wire stage up looks in each."""
+
+
 def training_stages(bounded: bool) -> Stages:
     """A training round's stages: the bounded sum's where the plan bounds every input (`bounded`), else the masked."""
     return BOUNDED_TRAINING if bounded else TRAINING

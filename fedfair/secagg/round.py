@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from fedfair.core.errors import ConfigError, ProtocolError, StaleMessageError
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.secagg.client import Client
-from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.config import SecAggConfig, fallback_tag_set_bytes, resummed_claim_bytes
 from fedfair.secagg.messages import (
     AdvertiseKeys,
     ConsistencySignature,
@@ -49,6 +49,13 @@ nothing and stops, :class:`~fedfair.core.errors.VerificationError`)."""
 
 MESSAGE_OVERHEAD_BYTES = 64 << 10
 """Room for headers, keys, signatures and certificates around a stage's vector."""
+
+PER_PARTY_STAGE_BYTES = 64 << 10
+"""A stage's input per party of the roster: a signed advertisement with its certificate, or a share, a signature or
+a name (each under 4 KiB in practice), with room to spare."""
+
+BASE_STAGE_BYTES = 1 << 20
+"""What a stage's input may hold beside its per-party part (the round's public parameters)."""
 
 
 class SecureSum(Protocol):
@@ -185,6 +192,9 @@ class StageSpec:
         and refuses another), so a server that asks twice gets the same answer.
     skippable: a party may take the stages after this one without it (a stage the server may close before every
         party answered: one it never asked takes part in the next all the same).
+    words: what a reader of a federation's report calls the stage ("": its wire name in lower case).
+    input_bytes: the largest input a party reads for the stage, from the roster's size and the most words a sum
+        of the aggregation may hold (:func:`roster_input` unless the input carries a sum).
     """
 
     stage: enum.IntEnum
@@ -203,6 +213,8 @@ class StageSpec:
     uploaders: Uploaders = Uploaders.PARTIES
     repeatable: bool = False
     skippable: bool = False
+    words: str = ""
+    input_bytes: Callable[[int, int], int] = field(default_factory=lambda: roster_input)
 
 
 @dataclass(frozen=True)
@@ -225,6 +237,10 @@ class SecureRound:
     auditor: the party id of a second verifier that uploads beside the parties (the bounded sum's), or None.
     binds_roster_at: the stage whose upload a party binds to the whole roster (the bounded sum's SHARE), so a round
         void from there on leaves its model to that roster; None: it binds the survivors the sum names (SECURE_ROUND).
+    kept: the stage whose uploads the server keeps whole for the survivors to re-sum (SECURE_ROUND's masked inputs),
+        which a runtime may keep in files; None: the server keeps none.
+    evidence: what a finished sum's server signed for whom it names, which a runner keeps the digest of so a party
+        can later show it (the bounded sum's verdict record); None: the kind has none.
     """
 
     name: str
@@ -238,6 +254,8 @@ class SecureRound:
     committed: enum.IntEnum
     auditor: int | None = None
     binds_roster_at: enum.IntEnum | None = None
+    kept: enum.IntEnum | None = None
+    evidence: Callable[[Any], bytes] | None = None
 
     def stages(self, verified: bool) -> tuple[StageSpec, ...]:
         """The stages a round runs, in order: the sum's, and with `verified` the verifying ones."""
@@ -383,6 +401,48 @@ def _index(stages: tuple[StageSpec, ...], spec: StageSpec) -> int:
     raise ProtocolError(f"stage {spec.wire} is not a stage of this round")
 
 
+ROUND_KINDS: dict[str, SecureRound] = {}
+"""Every kind of secure round by its name, as each registers itself (:func:`register_round_kind`)."""
+
+
+def register_round_kind(kind: SecureRound) -> SecureRound:
+    """Plug a kind of secure round in, as Opacus registers its accountants: its runners and reports find it by name.
+
+    Returns `kind`, so a declaration registers itself where it is made.
+
+    Raises:
+        ConfigError: another kind of that name is registered, or one of `kind`'s wire names is another kind's.
+    """
+    if kind.name in ROUND_KINDS:
+        raise ConfigError(f"a round kind named {kind.name!r} is registered already: give {kind.name!r} another name")
+    taken = {spec.wire for known in ROUND_KINDS.values() for spec in known.stages(True)}
+    clashes = sorted(taken & {spec.wire for spec in kind.stages(True)})
+    if clashes:
+        raise ConfigError(f"the round kind {kind.name!r} names stages another kind names ({', '.join(clashes)})")
+    ROUND_KINDS[kind.name] = kind
+    return kind
+
+
+def stage_words(wire: str) -> str:
+    """What a reader of a report calls the stage of any registered kind named `wire` ("" for none with words)."""
+    return next((spec.words for kind in ROUND_KINDS.values() for spec in kind.stages(True) if spec.wire == wire), "")
+
+
+def roster_input(parties: int, _words: int) -> int:
+    """The largest input of a stage that carries keys, shares, signatures or names: a fixed part and one per party."""
+    return BASE_STAGE_BYTES + PER_PARTY_STAGE_BYTES * parties
+
+
+def claim_input(parties: int, words: int) -> int:
+    """The largest claimed sum: one word of at most 8 bytes each and, where the round re-sums, the survivors' inputs."""
+    return BASE_STAGE_BYTES + 8 * words + resummed_claim_bytes(parties, words)
+
+
+def tag_set_input(parties: int, words: int) -> int:
+    """The largest tag set: a tag per party, and above RESUMMED_WORDS in a round with a missing tag, inputs to re-sum."""
+    return roster_input(parties, words) + fallback_tag_set_bytes(parties, words)
+
+
 def small_upload(config: SecAggConfig) -> int:
     """The largest upload of a stage that carries keys, shares or signatures: a KiB per party, and overhead."""
     return MESSAGE_OVERHEAD_BYTES + 1024 * config.size
@@ -459,130 +519,141 @@ def _tags_withheld(server: Server) -> str | None:
 
 NO_INPUT = "no masked input was sent this round"
 
-SECURE_ROUND = SecureRound(
-    name="secagg-v3",
-    sum_stages=(
-        StageSpec(
-            Stage.ADVERTISE,
-            "ADVERTISE_KEYS",
-            "key advertisements",
-            "evaluation key advertisements",
-            received=None,
-            step=lambda client, _nothing, _own: client.advertise(),
-            upload=AdvertiseKeys.from_bytes,
-            receive=Server.receive_advertisement,
-            close=_key_directory,
-            upload_bytes=small_upload,
-            unready="this round's client was never started",
+SECURE_ROUND = register_round_kind(
+    SecureRound(
+        name="secagg-v3",
+        sum_stages=(
+            StageSpec(
+                Stage.ADVERTISE,
+                "ADVERTISE_KEYS",
+                "key advertisements",
+                "evaluation key advertisements",
+                received=None,
+                step=lambda client, _nothing, _own: client.advertise(),
+                upload=AdvertiseKeys.from_bytes,
+                receive=Server.receive_advertisement,
+                close=_key_directory,
+                upload_bytes=small_upload,
+                words="key exchange",
+                unready="this round's client was never started",
+            ),
+            StageSpec(
+                Stage.SHARE,
+                "SHARE_KEYS",
+                "encrypted shares",
+                "evaluation encrypted shares",
+                received=KeyDirectory.from_bytes,
+                step=lambda client, directory, _own: client.share_keys(directory),
+                upload=ShareKeys.from_bytes,
+                receive=Server.receive_shares,
+                close=_bundles,
+                upload_bytes=small_upload,
+                words="sharing key parts",
+                unready="no keys were advertised this round",
+            ),
+            StageSpec(
+                Stage.CHECK,
+                "CHECK_SHARES",
+                "share checks",
+                "evaluation share checks",
+                received=ShareBundle.from_bytes,
+                step=lambda client, bundle, _own: client.check_shares(bundle),
+                upload=ShareCheck.from_bytes,
+                receive=Server.receive_share_check,
+                close=_masking_set,
+                upload_bytes=small_upload,
+                words="checking key parts",
+                unready="no keys were shared this round",
+            ),
+            StageSpec(
+                Stage.MASK,
+                "MASKED_INPUT",
+                "masked inputs",
+                "masked evaluation sums",
+                received=MaskingSet.from_bytes,
+                step=lambda client, masking, own: client.masked_input(masking, own()),
+                upload=MaskedInput.from_bytes,
+                receive=Server.receive_masked_input,
+                close=_survivor_set,
+                upload_bytes=vector_upload,
+                words="upload",
+                unready="no shares were checked this round",
+            ),
+            StageSpec(
+                Stage.CONSISTENCY,
+                "CONSISTENCY",
+                "consistency signatures",
+                "evaluation consistency signatures",
+                received=SurvivorSet.from_bytes,
+                step=lambda client, survivors, _own: client.consistency(survivors),
+                upload=ConsistencySignature.from_bytes,
+                receive=Server.receive_consistency,
+                close=_unmask_request,
+                upload_bytes=small_upload,
+                words="agreeing who is in",
+                unready=NO_INPUT,
+                repeatable=True,
+            ),
+            StageSpec(
+                Stage.UNMASK,
+                "UNMASK",
+                "unmasking responses",
+                "evaluation unmasking responses",
+                received=UnmaskRequest.from_bytes,
+                step=lambda client, request, _own: client.unmask(request),
+                upload=UnmaskResponse.from_bytes,
+                receive=Server.receive_unmask_response,
+                close=None,
+                upload_bytes=small_upload,
+                words="unmasking the sum",
+                unready=NO_INPUT,
+                # It ends as soon as every secret can be rebuilt and checked: a survivor that withholds its
+                # shares costs nothing once enough others answered.
+                ready=Server.ready,
+                repeatable=True,
+                skippable=True,
+            ),
         ),
-        StageSpec(
-            Stage.SHARE,
-            "SHARE_KEYS",
-            "encrypted shares",
-            "evaluation encrypted shares",
-            received=KeyDirectory.from_bytes,
-            step=lambda client, directory, _own: client.share_keys(directory),
-            upload=ShareKeys.from_bytes,
-            receive=Server.receive_shares,
-            close=_bundles,
-            upload_bytes=small_upload,
-            unready="no keys were advertised this round",
+        verify_stages=(
+            StageSpec(
+                Stage.VERIFY,
+                "VERIFY_CLAIM",
+                "tags of the claimed sum",
+                "tags of the claimed evaluation sums",
+                received=AggregateClaim.from_bytes,
+                step=lambda client, claim, _own: client.tag(claim),
+                upload=AggregateTag.from_bytes,
+                receive=Server.receive_tag,
+                close=_tag_set,
+                upload_bytes=small_upload,
+                input_bytes=claim_input,
+                unready=NO_INPUT,
+                withheld=_tags_withheld,
+                repeatable=True,
+            ),
+            StageSpec(
+                Stage.VERIFY,
+                "VERIFY_TAGS",
+                "verdicts on the claimed sum",
+                "verdicts on the claimed evaluation sums",
+                received=TagSet.from_bytes,
+                step=lambda client, tags, _own: client.verify(tags),
+                upload=None,
+                receive=None,
+                close=None,
+                upload_bytes=small_upload,
+                input_bytes=tag_set_input,
+                unready=NO_INPUT,
+                repeatable=True,
+            ),
         ),
-        StageSpec(
-            Stage.CHECK,
-            "CHECK_SHARES",
-            "share checks",
-            "evaluation share checks",
-            received=ShareBundle.from_bytes,
-            step=lambda client, bundle, _own: client.check_shares(bundle),
-            upload=ShareCheck.from_bytes,
-            receive=Server.receive_share_check,
-            close=_masking_set,
-            upload_bytes=small_upload,
-            unready="no keys were shared this round",
-        ),
-        StageSpec(
-            Stage.MASK,
-            "MASKED_INPUT",
-            "masked inputs",
-            "masked evaluation sums",
-            received=MaskingSet.from_bytes,
-            step=lambda client, masking, own: client.masked_input(masking, own()),
-            upload=MaskedInput.from_bytes,
-            receive=Server.receive_masked_input,
-            close=_survivor_set,
-            upload_bytes=vector_upload,
-            unready="no shares were checked this round",
-        ),
-        StageSpec(
-            Stage.CONSISTENCY,
-            "CONSISTENCY",
-            "consistency signatures",
-            "evaluation consistency signatures",
-            received=SurvivorSet.from_bytes,
-            step=lambda client, survivors, _own: client.consistency(survivors),
-            upload=ConsistencySignature.from_bytes,
-            receive=Server.receive_consistency,
-            close=_unmask_request,
-            upload_bytes=small_upload,
-            unready=NO_INPUT,
-            repeatable=True,
-        ),
-        StageSpec(
-            Stage.UNMASK,
-            "UNMASK",
-            "unmasking responses",
-            "evaluation unmasking responses",
-            received=UnmaskRequest.from_bytes,
-            step=lambda client, request, _own: client.unmask(request),
-            upload=UnmaskResponse.from_bytes,
-            receive=Server.receive_unmask_response,
-            close=None,
-            upload_bytes=small_upload,
-            unready=NO_INPUT,
-            # It ends as soon as every secret can be rebuilt and checked: a survivor that withholds its
-            # shares costs nothing once enough others answered.
-            ready=Server.ready,
-            repeatable=True,
-            skippable=True,
-        ),
-    ),
-    verify_stages=(
-        StageSpec(
-            Stage.VERIFY,
-            "VERIFY_CLAIM",
-            "tags of the claimed sum",
-            "tags of the claimed evaluation sums",
-            received=AggregateClaim.from_bytes,
-            step=lambda client, claim, _own: client.tag(claim),
-            upload=AggregateTag.from_bytes,
-            receive=Server.receive_tag,
-            close=_tag_set,
-            upload_bytes=small_upload,
-            unready=NO_INPUT,
-            withheld=_tags_withheld,
-            repeatable=True,
-        ),
-        StageSpec(
-            Stage.VERIFY,
-            "VERIFY_TAGS",
-            "verdicts on the claimed sum",
-            "verdicts on the claimed evaluation sums",
-            received=TagSet.from_bytes,
-            step=lambda client, tags, _own: client.verify(tags),
-            upload=None,
-            receive=None,
-            close=None,
-            upload_bytes=small_upload,
-            unready=NO_INPUT,
-            repeatable=True,
-        ),
-    ),
-    server=_masked_server,
-    client=Client,
-    open_sum=_every_party,
-    open_verification=_claim,
-    contribution=Stage.MASK,
-    committed=Stage.CONSISTENCY,
+        server=_masked_server,
+        client=Client,
+        open_sum=_every_party,
+        open_verification=_claim,
+        contribution=Stage.MASK,
+        committed=Stage.CONSISTENCY,
+        kept=Stage.MASK,
+    )
 )
 """The secure round this project runs: Bonawitz et al.'s six stages, then the two that verify the sum."""

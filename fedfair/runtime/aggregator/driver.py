@@ -33,9 +33,7 @@ from fedfair.runtime.aggregator.progress_line import log_progress
 from fedfair.runtime.aggregator.round_identities import RoundIdentities, aggregator_setup, relayed_identities
 from fedfair.runtime.contract import (
     ACCEPTED,
-    BOUNDED_TRAINING,
-    EVALUATION,
-    TRAINING,
+    AGGREGATIONS,
     RoundParameters,
     Stages,
     model_digest,
@@ -44,10 +42,8 @@ from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.runtime.transport.chunks import plain_rounding, plain_upload_size
 from fedfair.secagg import EncodingConfig, SecAggConfig
-from fedfair.secagg.bounded.server import BoundedServer
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.round import Opening, PartyNames, SecureSum, ServerOrder, StageSpec
-from fedfair.secagg.wire import Stage as SecAggStage
 
 logger = logging.getLogger("fedfair.aggregator")
 
@@ -321,8 +317,8 @@ class SumDriver:
             # Whoever the protocol could prove misbehaved is named, even when the round is void.
             raise RoundAbortedError(str(error), self._named(round_number, config, server)) from None
         outcome.culprits = self._named(round_number, config, server)
-        if isinstance(server, BoundedServer):  # the evidence a site can later show for whom the record names
-            outcome.verdict_record_sha256 = hashlib.sha256(server.record).hexdigest()
+        if protocol.evidence is not None:  # what a party can later show for whom the sum names
+            outcome.verdict_record_sha256 = hashlib.sha256(protocol.evidence(server)).hexdigest()
         outcome.weighted_sum = result.decoded.weighted_sum
         outcome.total_weight = result.decoded.total_weight
         outcome.error_bound = result.decoded.error_bound
@@ -360,7 +356,7 @@ class SumDriver:
             handler: UploadHandler = _verdict
         else:
             parse = spec.upload
-            if spec.stage is SecAggStage.MASK and kept_in_files(config):
+            if spec.stage is stages.protocol.kept and kept_in_files(config):
                 parse = in_file(parse, self.settings.folder)
             handler = SecureUpload(parse, partial(_receive, order, spec, server)).handler(names)
         ready = None if spec.ready is None else partial(spec.ready, server)
@@ -449,7 +445,7 @@ def _verdict(peer: str, payload: bytes) -> None:
 
 def _start_stage_before(stage: pb.Stage) -> pb.Stage | None:
     """The start stage (TRAIN or EVALUATE) whose aggregation's masked stage is `stage`, if it is one."""
-    for stages in (TRAINING, BOUNDED_TRAINING, EVALUATION):
+    for stages in AGGREGATIONS:
         if stage == stages.masked:
             return stages.start
     return None

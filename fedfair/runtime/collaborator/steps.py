@@ -25,7 +25,15 @@ import numpy as np
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
 
-from fedfair.core.errors import ManifestError, ProtocolError, Refusal, RefusedError, VerificationError, VerifyReason
+from fedfair.core.errors import (
+    ConfigError,
+    ManifestError,
+    ProtocolError,
+    Refusal,
+    RefusedError,
+    VerificationError,
+    VerifyReason,
+)
 from fedfair.datasets.statistics import statistics_dimension
 from fedfair.fairness import sums
 from fedfair.pki.identity import CredentialVerifier
@@ -50,7 +58,7 @@ from fedfair.secagg import Client, EncodingConfig
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.bounded.peers import BoundedSite
 from fedfair.secagg.graph import canonical_roster
-from fedfair.secagg.round import PartyOrder, SecureRound, StageSpec
+from fedfair.secagg.round import SECURE_ROUND, PartyOrder, SecureRound, StageSpec
 from fedfair.secagg.verify_client import PLAIN_PIECE
 from fedfair.secagg.wire import Stage as SecAggStage
 
@@ -389,6 +397,23 @@ def client_step(spec: StageSpec) -> Step:
 
 Step = Callable[[Participant, Work, StageInput], bytes | Pieces]
 
+KindSteps = Callable[[SecureRound], dict[StageSpec, Step]]
+"""A kind of round's own collaborator steps: for each stage where the runtime adds to its client's step, the step."""
+
+KIND_STEPS: dict[str, KindSteps] = {}
+"""Each kind of round (:attr:`SecureRound.name`) -> its own collaborator steps, as the kinds register them."""
+
+
+def register_kind_steps(kind: str, steps: KindSteps) -> None:
+    """Plug a kind of round's own collaborator steps in: every other stage of it runs its client's step.
+
+    Raises:
+        ConfigError: `kind` registered its steps already.
+    """
+    if kind in KIND_STEPS:
+        raise ConfigError(f"the round kind {kind!r} registered its collaborator steps already")
+    KIND_STEPS[kind] = steps
+
 
 def verdicts_stage(protocol: SecureRound) -> StageSpec:
     """The verifying stage whose uploads are the survivors' verdicts (no message: :data:`ACCEPTED`)."""
@@ -428,3 +453,23 @@ def _received(spec: StageSpec, inputs: StageInput) -> Any:
 def _not_asked() -> np.ndarray:
     """The encoded input, which only the masking stage asks for."""
     raise ProtocolError("only the masking stage takes this party's encoded input")
+
+
+def _masked_steps(protocol: SecureRound) -> dict[StageSpec, Step]:
+    """The masked round's own steps, where the runtime adds to its client's.
+
+    The first checks the round's parameters and starts the client, masking encodes the contribution (or sends it
+    plain), the survivors' signature is bound on disk first, and the verifying stages stop the site on a bad sum.
+    """
+    steps: dict[StageSpec, Step] = {
+        protocol.sum_stages[0]: advertise,
+        protocol.spec(SecAggStage.MASK): masked,
+        protocol.spec(SecAggStage.CONSISTENCY): consistency,
+    }
+    if protocol.verify_stages:
+        steps[protocol.verify_stages[0]] = tag
+        steps[verdicts_stage(protocol)] = verdict
+    return steps
+
+
+register_kind_steps(SECURE_ROUND.name, _masked_steps)
