@@ -407,12 +407,12 @@ class SumDriver:
         stage = stages.masked
 
         def absorb(peer: str, payload: bytes) -> None:
-            values, weight = decode_plain(payload, dimension, encoding, stage)
+            values, weight = decode_plain(payload, dimension, encoding, stages.plain_values)
             if screen is not None:
                 screen(peer, values, weight)
             uploads[peer] = values, weight
 
-        size, roster = plain_upload_size(dimension, stage), frozenset(parameters.parties)
+        size, roster = plain_upload_size(dimension, stages.plain_values), frozenset(parameters.parties)
         contributors = self._stage(round_number, stage, roster, parameters.to_bytes(), absorb, size, outcome)
         if not contributors:
             raise RoundAbortedError("no collaborator sent its update")
@@ -424,7 +424,7 @@ class SumDriver:
             np.add(total, values, out=total)
             total_weight += weight
             # Its values lie within clip * w, and the wire type moved each by at most plain_rounding of that.
-            outcome.error_bound += plain_rounding(encoding.clip * weight, stage)
+            outcome.error_bound += plain_rounding(encoding.clip * weight, stages.plain_values)
         outcome.weighted_sum, outcome.total_weight = total, total_weight
         outcome.contributors = tuple(sorted(contributors))
         return outcome

@@ -290,7 +290,7 @@ def masked(me: Participant, work: Work, inputs: StageInput) -> bytes | Pieces:
     if not me.shared.secure_aggregation.enabled:
         assert work.vector is not None  # the process withdraws before any step when it has nothing
         me.check_parameters(work, inputs)
-        return plain_upload(work.vector, work.weight, work.stages.masked)
+        return plain_upload(work.vector, work.weight, work.stages.plain_values)
     spec = work.stages.protocol.spec(SecAggStage.MASK)
     client = _started(work, spec)
     if work.encoded is not None:
