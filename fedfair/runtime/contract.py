@@ -31,7 +31,7 @@ from fedfair.runtime.transport.chunks import PlainValues
 from fedfair.secagg import EncodingConfig, SecAggConfig
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND
 from fedfair.secagg.noise import NoiseConfig
-from fedfair.secagg.round import SECURE_ROUND, VERDICT, RoundSetup, SecureRound, StageSpec
+from fedfair.secagg.round import AnyStage, RoundSetup, SECURE_ROUND, SecureRound, VERDICT
 
 
 @dataclass(frozen=True)
@@ -56,18 +56,18 @@ class Stages:
     :func:`~fedfair.runtime.transport.chunks.plain_rounding`, which the aggregator adds to the sum's error bound; an
     evaluation's or the statistics' sums are a few hundred values whose counts and totals are stated exactly, so
     they keep float64."""
-    specs: dict[pb.Stage, StageSpec] = field(init=False, repr=False, compare=False)
+    specs: dict[pb.Stage, AnyStage] = field(init=False, repr=False, compare=False)
     """Each upload stage -> its specification, in the round's order."""
 
     def __post_init__(self) -> None:
         specs = {_wire(f"STAGE_{self.prefix}{spec.wire}"): spec for spec in self.protocol.stages(True)}
         object.__setattr__(self, "specs", specs)
 
-    def wire(self, spec: StageSpec) -> pb.Stage:
+    def wire(self, spec: AnyStage) -> pb.Stage:
         """The stage `spec` travels as in this kind of aggregation."""
         return next(stage for stage, known in self.specs.items() if known is spec)
 
-    def noun(self, spec: StageSpec) -> str:
+    def noun(self, spec: AnyStage) -> str:
         """What the uploads of `spec` are in this kind of aggregation, for the operator's progress line."""
         return spec.evaluation_noun if self.prefix else spec.noun
 

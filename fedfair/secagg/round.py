@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -162,22 +162,29 @@ class Uploaders(enum.Flag):
     AUDITOR = enum.auto()
 
 
-ClientStep = Callable[[Any, Any, Callable[[], np.ndarray]], Any]
-"""step(client, the stage's input message, the party's encoded input) -> the party's upload.
+PartyT = TypeVar("PartyT")
+"""The state machine of the party that takes a stage (a kind's client, or a second verifier)."""
+ServerT = TypeVar("ServerT")
+"""The kind's server."""
+InputT = TypeVar("InputT")
+"""What a party is sent in a stage (None in a round's first, whose input is the runner's own)."""
+UploadT = TypeVar("UploadT")
+"""What a party uploads in a stage (or, where it uploads a verdict, what its step returns)."""
 
-Only the masking stage asks for the encoded input (called once, there)."""
+Own = Callable[[], np.ndarray]
+"""A party's encoded input, asked for by the stage its contribution travels in (called once, there)."""
 
 
 @dataclass(frozen=True)
-class StageSpec:
-    """One stage of a secure round: everything a runner needs to run it.
+class StageSpec(Generic[PartyT, ServerT, InputT, UploadT]):
+    """One stage of a secure round, typed by who takes it and what travels: everything a runner needs to run it.
 
     stage: its member of its round's stage enum (SECURE_ROUND: the header's :class:`Stage`, its messages' binding).
     wire: its name on the runtime's transport, less ``STAGE_`` and an evaluation's ``EVAL_`` (proto/fedfair.proto).
     noun: what its uploads are, for the operator's progress line ('masked inputs').
     evaluation_noun: the same in an evaluation's sum ('masked evaluation sums').
     received: parses the stage's input; None for the first stage, whose input is the runner's own.
-    step: the client's step (:data:`ClientStep`).
+    step: the party's step: step(party, the stage's input, its encoded input (:data:`Own`)) -> its upload.
     upload: parses an upload; None when a party's upload is its :data:`VERDICT`, not a message.
     receive: the server's step per upload (None with `upload` None).
     close: the server's close of the stage: the next stage's :class:`Opening` (None for the last stage of the
@@ -201,20 +208,24 @@ class StageSpec:
     wire: str
     noun: str
     evaluation_noun: str
-    received: Callable[[bytes | memoryview], Any] | None
-    step: ClientStep
-    upload: Callable[[bytes], Any] | None
-    receive: Callable[[Any, Any], None] | None
-    close: Callable[[Any], Opening] | None
+    received: Callable[[bytes | memoryview], InputT] | None
+    step: Callable[[PartyT, InputT, Own], UploadT]
+    upload: Callable[[bytes], UploadT] | None
+    receive: Callable[[ServerT, UploadT], None] | None
+    close: Callable[[ServerT], Opening] | None
     upload_bytes: Callable[[SecAggConfig], int]
     unready: str
-    ready: Callable[[Any], bool] | None = None
-    withheld: Callable[[Any], str | None] | None = None
+    ready: Callable[[ServerT], bool] | None = None
+    withheld: Callable[[ServerT], str | None] | None = None
     uploaders: Uploaders = Uploaders.PARTIES
     repeatable: bool = False
     skippable: bool = False
     words: str = ""
     input_bytes: Callable[[int, int], int] = field(default_factory=lambda: roster_input)
+
+
+AnyStage = StageSpec[Any, Any, Any, Any]
+"""A stage of any kind, as a runner that loops over a round's stages holds it: each is typed where it is declared."""
 
 
 @dataclass(frozen=True)
@@ -244,8 +255,8 @@ class SecureRound:
     """
 
     name: str
-    sum_stages: tuple[StageSpec, ...]
-    verify_stages: tuple[StageSpec, ...]
+    sum_stages: tuple[AnyStage, ...]
+    verify_stages: tuple[AnyStage, ...]
     server: Callable[[SecAggConfig, RoundSetup], Any]
     client: Callable[..., Any]
     open_sum: Callable[[Any], Opening]
@@ -257,11 +268,11 @@ class SecureRound:
     kept: enum.IntEnum | None = None
     evidence: Callable[[Any], bytes] | None = None
 
-    def stages(self, verified: bool) -> tuple[StageSpec, ...]:
+    def stages(self, verified: bool) -> tuple[AnyStage, ...]:
         """The stages a round runs, in order: the sum's, and with `verified` the verifying ones."""
         return self.sum_stages + self.verify_stages if verified else self.sum_stages
 
-    def spec(self, stage: enum.IntEnum) -> StageSpec:
+    def spec(self, stage: enum.IntEnum) -> AnyStage:
         """The first of this round's stages bound to `stage`."""
         return next(spec for spec in self.stages(True) if spec.stage is stage)
 
@@ -286,11 +297,11 @@ class PartyOrder:
     :attr:`StageSpec.repeatable`. A step that raises leaves the party where it was.
     """
 
-    def __init__(self, stages: tuple[StageSpec, ...]) -> None:
+    def __init__(self, stages: tuple[AnyStage, ...]) -> None:
         self._stages = stages
         self._taken: set[int] = set()
 
-    def take(self, spec: StageSpec, step: Callable[[], _Result]) -> _Result:
+    def take(self, spec: AnyStage, step: Callable[[], _Result]) -> _Result:
         """Run `step`, the party's step of `spec`, if the party may take that stage now.
 
         Raises:
@@ -344,11 +355,11 @@ class ServerOrder:
         """Open the first verifying stage, once the sum is finished."""
         self._opening(self._sum)
 
-    def is_open(self, spec: StageSpec) -> bool:
+    def is_open(self, spec: AnyStage) -> bool:
         """Whether `spec` is the stage the server collects uploads for."""
         return not self._aborted and self._open is not None and self._stages[self._open] is spec
 
-    def receive(self, spec: StageSpec, message: object, step: Callable[[], None]) -> None:
+    def receive(self, spec: AnyStage, message: object, step: Callable[[], None]) -> None:
         """Run `step`, the server's receive of `message` in `spec`, if that stage is open.
 
         Raises:
@@ -362,7 +373,7 @@ class ServerOrder:
             )
         step()
 
-    def close(self, spec: StageSpec, step: Callable[[], _Result]) -> _Result:
+    def close(self, spec: AnyStage, step: Callable[[], _Result]) -> _Result:
         """Run `step`, the server's close of `spec`, if that stage is open; then open the stage after it.
 
         The sum's last close and the round's open nothing: the verifying stages begin with :meth:`verify`.
@@ -394,7 +405,7 @@ class ServerOrder:
             raise ProtocolError("this round was aborted; start a new round")
 
 
-def _index(stages: tuple[StageSpec, ...], spec: StageSpec) -> int:
+def _index(stages: tuple[AnyStage, ...], spec: AnyStage) -> int:
     for index, known in enumerate(stages):
         if known is spec:
             return index
@@ -523,7 +534,7 @@ SECURE_ROUND = register_round_kind(
     SecureRound(
         name="secagg-v3",
         sum_stages=(
-            StageSpec(
+            StageSpec[Client, Server, None, AdvertiseKeys](
                 Stage.ADVERTISE,
                 "ADVERTISE_KEYS",
                 "key advertisements",
@@ -537,7 +548,7 @@ SECURE_ROUND = register_round_kind(
                 words="key exchange",
                 unready="this round's client was never started",
             ),
-            StageSpec(
+            StageSpec[Client, Server, KeyDirectory, ShareKeys](
                 Stage.SHARE,
                 "SHARE_KEYS",
                 "encrypted shares",
@@ -551,7 +562,7 @@ SECURE_ROUND = register_round_kind(
                 words="sharing key parts",
                 unready="no keys were advertised this round",
             ),
-            StageSpec(
+            StageSpec[Client, Server, ShareBundle, ShareCheck](
                 Stage.CHECK,
                 "CHECK_SHARES",
                 "share checks",
@@ -565,7 +576,7 @@ SECURE_ROUND = register_round_kind(
                 words="checking key parts",
                 unready="no keys were shared this round",
             ),
-            StageSpec(
+            StageSpec[Client, Server, MaskingSet, MaskedInput](
                 Stage.MASK,
                 "MASKED_INPUT",
                 "masked inputs",
@@ -579,7 +590,7 @@ SECURE_ROUND = register_round_kind(
                 words="upload",
                 unready="no shares were checked this round",
             ),
-            StageSpec(
+            StageSpec[Client, Server, SurvivorSet, ConsistencySignature](
                 Stage.CONSISTENCY,
                 "CONSISTENCY",
                 "consistency signatures",
@@ -594,7 +605,7 @@ SECURE_ROUND = register_round_kind(
                 unready=NO_INPUT,
                 repeatable=True,
             ),
-            StageSpec(
+            StageSpec[Client, Server, UnmaskRequest, UnmaskResponse](
                 Stage.UNMASK,
                 "UNMASK",
                 "unmasking responses",
@@ -615,7 +626,7 @@ SECURE_ROUND = register_round_kind(
             ),
         ),
         verify_stages=(
-            StageSpec(
+            StageSpec[Client, Server, AggregateClaim, AggregateTag](
                 Stage.VERIFY,
                 "VERIFY_CLAIM",
                 "tags of the claimed sum",
@@ -631,7 +642,7 @@ SECURE_ROUND = register_round_kind(
                 withheld=_tags_withheld,
                 repeatable=True,
             ),
-            StageSpec(
+            StageSpec[Client, Server, TagSet, np.ndarray](
                 Stage.VERIFY,
                 "VERIFY_TAGS",
                 "verdicts on the claimed sum",

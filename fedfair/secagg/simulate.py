@@ -27,7 +27,7 @@ from fedfair.pki.identity import (
 )
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import Decoded
-from fedfair.secagg.round import SECURE_ROUND, Opening, PartyOrder, RoundSetup, SecureRound, ServerOrder, StageSpec
+from fedfair.secagg.round import AnyStage, Opening, PartyOrder, RoundSetup, SECURE_ROUND, SecureRound, ServerOrder
 from fedfair.secagg.server import AggregateResult
 from fedfair.secagg.messages import Message
 
@@ -105,7 +105,7 @@ def simulate_round(
     def server_timer(stage: enum.IntEnum) -> _Timer:
         return _Timer(lambda seconds: server_seconds.__setitem__(stage, server_seconds[stage] + seconds), clock)
 
-    def run(spec: StageSpec, opening: Opening) -> Opening | None:
+    def run(spec: AnyStage, opening: Opening) -> Opening | None:
         """Each party still there and addressed takes the stage's step and uploads; then the server closes it."""
         stage = spec.stage
         active.difference_update(drop.get(stage, ()))

@@ -43,7 +43,7 @@ from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.runtime.transport.chunks import plain_rounding, plain_upload_size
 from fedfair.secagg import EncodingConfig, SecAggConfig
 from fedfair.secagg.credentials import remembered
-from fedfair.secagg.round import Opening, PartyNames, SecureSum, ServerOrder, StageSpec
+from fedfair.secagg.round import AnyStage, Opening, PartyNames, SecureSum, ServerOrder
 
 logger = logging.getLogger("fedfair.aggregator")
 
@@ -287,7 +287,7 @@ class SumDriver:
         outcome = SumOutcome(np.zeros(0), 0.0, 0.0, ())
         order = ServerOrder(protocol, verified=True)
 
-        def run(specs: tuple[StageSpec, ...], opening: Opening | None) -> None:
+        def run(specs: tuple[AnyStage, ...], opening: Opening | None) -> None:
             for spec in specs:
                 assert opening is not None  # every stage of a round but the last of its sum and its own opens the next
                 if spec.stage is protocol.binds_roster_at:
@@ -330,7 +330,7 @@ class SumDriver:
         self,
         round_number: int,
         stages: Stages,
-        spec: StageSpec,
+        spec: AnyStage,
         order: ServerOrder,
         server: SecureSum,
         opening: Opening,
@@ -430,7 +430,7 @@ class SumDriver:
         return outcome
 
 
-def _receive(order: ServerOrder, spec: StageSpec, server: SecureSum, message: object) -> None:
+def _receive(order: ServerOrder, spec: AnyStage, server: SecureSum, message: object) -> None:
     """The server's receive of `message` in `spec`, taken only while that stage is open (:class:`ServerOrder`)."""
     receive = spec.receive
     assert receive is not None  # a stage whose parties upload a message has a server that takes it

@@ -42,7 +42,7 @@ from fedfair.secagg.bounded.parameters import round_parameters
 from fedfair.secagg.bounded.peers import BoundedSite
 from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord
 from fedfair.secagg.bounded.shares import encode_within_bound, honest_witness
-from fedfair.secagg.round import RoundSetup, SecureRound, StageSpec
+from fedfair.secagg.round import AnyStage, RoundSetup, SecureRound
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND
 from fedfair.secagg.pieces import Pieces, placed
 
@@ -253,7 +253,7 @@ def _not_asked() -> np.ndarray:
     raise ProtocolError("only SHARE takes this site's encoded update")
 
 
-def _bounded_steps(protocol: SecureRound) -> dict[StageSpec, Step]:
+def _bounded_steps(protocol: SecureRound) -> dict[AnyStage, Step]:
     """The bounded sum's own steps: a site takes SHARE, DECIDE and VERIFY alone, each the runtime's own."""
     return {
         protocol.spec(protocol.contribution): share,

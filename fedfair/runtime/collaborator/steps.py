@@ -58,7 +58,7 @@ from fedfair.secagg import Client, EncodingConfig
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.bounded.peers import BoundedSite
 from fedfair.secagg.graph import canonical_roster
-from fedfair.secagg.round import SECURE_ROUND, PartyOrder, SecureRound, StageSpec
+from fedfair.secagg.round import AnyStage, PartyOrder, SECURE_ROUND, SecureRound
 from fedfair.secagg.verify_client import PLAIN_PIECE
 from fedfair.secagg.wire import Stage as SecAggStage
 
@@ -381,7 +381,7 @@ def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
     return ACCEPTED
 
 
-def client_step(spec: StageSpec) -> Step:
+def client_step(spec: AnyStage) -> Step:
     """The step of a stage that asks nothing of the runtime: the round's client takes the stage's input."""
 
     def step(me: Participant, work: Work, inputs: StageInput) -> bytes:
@@ -397,7 +397,7 @@ def client_step(spec: StageSpec) -> Step:
 
 Step = Callable[[Participant, Work, StageInput], bytes | Pieces]
 
-KindSteps = Callable[[SecureRound], dict[StageSpec, Step]]
+KindSteps = Callable[[SecureRound], dict[AnyStage, Step]]
 """A kind of round's own collaborator steps: for each stage where the runtime adds to its client's step, the step."""
 
 KIND_STEPS: dict[str, KindSteps] = {}
@@ -415,12 +415,12 @@ def register_kind_steps(kind: str, steps: KindSteps) -> None:
     KIND_STEPS[kind] = steps
 
 
-def verdicts_stage(protocol: SecureRound) -> StageSpec:
+def verdicts_stage(protocol: SecureRound) -> AnyStage:
     """The verifying stage whose uploads are the survivors' verdicts (no message: :data:`ACCEPTED`)."""
     return next(spec for spec in protocol.verify_stages if spec.upload is None)
 
 
-def _started(work: Work, spec: StageSpec) -> Any:
+def _started(work: Work, spec: AnyStage) -> Any:
     """The round's client, once this party began the round; else it cannot take `spec`'s stage.
 
     Raises:
@@ -431,7 +431,7 @@ def _started(work: Work, spec: StageSpec) -> Any:
     return work.client
 
 
-def _take(work: Work, spec: StageSpec, step: Callable[[], _Upload]) -> _Upload:
+def _take(work: Work, spec: AnyStage, step: Callable[[], _Upload]) -> _Upload:
     """Run `step`, this party's step of `spec`, in the round's order (:class:`~fedfair.secagg.round.PartyOrder`).
 
     Raises:
@@ -444,7 +444,7 @@ def _take(work: Work, spec: StageSpec, step: Callable[[], _Upload]) -> _Upload:
     return work.order.take(spec, step)
 
 
-def _received(spec: StageSpec, inputs: StageInput) -> Any:
+def _received(spec: AnyStage, inputs: StageInput) -> Any:
     """The stage's input message, parsed (a claimed sum straight from the buffer it arrived in)."""
     assert spec.received is not None  # only the first stage's input is the runner's own
     return spec.received(inputs)
@@ -455,13 +455,13 @@ def _not_asked() -> np.ndarray:
     raise ProtocolError("only the masking stage takes this party's encoded input")
 
 
-def _masked_steps(protocol: SecureRound) -> dict[StageSpec, Step]:
+def _masked_steps(protocol: SecureRound) -> dict[AnyStage, Step]:
     """The masked round's own steps, where the runtime adds to its client's.
 
     The first checks the round's parameters and starts the client, masking encodes the contribution (or sends it
     plain), the survivors' signature is bound on disk first, and the verifying stages stop the site on a bad sum.
     """
-    steps: dict[StageSpec, Step] = {
+    steps: dict[AnyStage, Step] = {
         protocol.sum_stages[0]: advertise,
         protocol.spec(SecAggStage.MASK): masked,
         protocol.spec(SecAggStage.CONSISTENCY): consistency,
