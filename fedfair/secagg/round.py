@@ -1,14 +1,13 @@
-"""The secure round declared once: its stages, in order, each naming everything that makes it.
+"""The secure round declared once: its stages, in order, each typed and naming everything that makes it.
 
 As Flower's SecAgg+ workflow loops over a tuple of steps, whoever runs a round (the in-process
 :func:`~fedfair.secagg.simulate.simulate_round`, the aggregator's driver, the collaborator's steps) loops over
-:data:`SECURE_ROUND`'s stages instead of writing them out. As in pyca's layering, the state machines the
-stages call (:class:`~fedfair.secagg.client.Client`, :class:`~fedfair.secagg.server.Server`) do no I/O: a
-stage names their steps, and its runner moves the bytes. A stage (:class:`StageSpec`) names its wire name and
-log noun, how its input and its upload are parsed, the client's step, the server's receive and close, and
-how large an upload may be. Adding a stage is one more :class:`StageSpec` and its client and server functions;
-another kind of secure sum (with commitments, or two servers) is another :class:`SecureRound` beside this one,
-whose server keeps the :class:`SecureSum` interface.
+:data:`SECURE_ROUND`'s stages instead of writing them out, and takes every step through the one guard of its
+order (:class:`PartyOrder`, :class:`ServerOrder`): the state machines (:class:`~fedfair.secagg.client.Client`,
+:class:`~fedfair.secagg.server.Server`) keep no order and do no I/O. A stage (:class:`StageSpec`, generic over its
+party, server, input and upload) names its wire and report words, its parsers, the party's step, the server's
+receive and close, and its size limits. Another kind of secure sum (the bounded one) is another
+:class:`SecureRound`, registered by name (:func:`register_round_kind`), whose server keeps :class:`SecureSum`.
 """
 
 from __future__ import annotations
