@@ -43,7 +43,7 @@ from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.runtime.transport.chunks import plain_rounding, plain_upload_size
 from fedfair.secagg import EncodingConfig, SecAggConfig
 from fedfair.secagg.credentials import remembered
-from fedfair.secagg.round import AnyStage, Opening, PartyNames, SecureSum, ServerOrder
+from fedfair.secagg.round import AnyStage, Opening, PartyNames, SecureSum, ServerOrder, excluded
 
 logger = logging.getLogger("fedfair.aggregator")
 
@@ -370,27 +370,20 @@ class SumDriver:
             logger.warning("round %d: no verdict on the verified sum from %s", round_number, ", ".join(refused))
 
     def _named(self, round_number: int, config: SecAggConfig, server: SecureSum) -> dict[str, str]:
-        """The collaborators to exclude from later rounds, with why.
+        """The collaborators to exclude from later rounds, with why: the protocol's rule (:func:`excluded`).
 
-        Those the protocol proved at fault, and those accused by more than max_colluding distinct collaborators
-        (so at least one accuser is honest).
-
-        Fewer accusers could all be liars, so their target is only logged: it already sat out this round.
+        A party only accused, by too few to be sure one accuser is honest, is logged: it already sat out this round.
         """
-        excluded: dict[str, str] = {}
-        for party, why in server.culprits.items():
-            accusers = server.accusations.get(party, ())
-            if party in server.proven or len(accusers) > self.settings.max_colluding:
-                excluded[config.name_of(party)] = why
-            else:
-                logger.warning(
-                    "round %d: %s was accused by %s; left out of this round, not excluded (at most %d accusers may lie)",
-                    round_number,
-                    config.name_of(party),
-                    ", ".join(config.name_of(accuser) for accuser in accusers),
-                    self.settings.max_colluding,
-                )
-        return excluded
+        names = excluded(server, self.settings.max_colluding)
+        for party in sorted(server.culprits.keys() - names.keys()):
+            logger.warning(
+                "round %d: %s was accused by %s; left out of this round, not excluded (at most %d accusers may lie)",
+                round_number,
+                config.name_of(party),
+                ", ".join(config.name_of(accuser) for accuser in server.accusations.get(party, ())),
+                self.settings.max_colluding,
+            )
+        return {config.name_of(party): why for party, why in names.items()}
 
     # ------------------------------------------------------------ plain sums
 
