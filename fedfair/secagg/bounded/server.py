@@ -29,7 +29,7 @@ from fedfair.secagg.bounded.verifying import BoundedSum, RoundVerifier
 from fedfair.secagg.codec import Writer
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import Decoded
-from fedfair.secagg.server_state import AggregateResult
+from fedfair.secagg.server import AggregateResult
 from fedfair.secagg.round import Opening, RoundSetup
 
 
