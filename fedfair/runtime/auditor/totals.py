@@ -8,9 +8,8 @@ different sites could be subtracted. So each first total's sites are written (at
 
 The same inputs over the same sites carry the same noise, or two draws could be averaged: each round's noise is
 drawn from a key derived from the round's name and a secret kept in the auditor's folder (:class:`NoiseKeys`).
-The two are kept together (:func:`kept_state`): a folder holding one without the other lost it, and an auditor
-that started afresh from it would total a round run again over other sites, or noise it afresh, so it is refused.
-Why: docs/security.md, "A round run again".
+The two are kept together (:func:`kept_state`): a folder holding one without the other lost one, so it is
+refused (docs/security.md, "A round run again").
 """
 
 from __future__ import annotations

@@ -24,8 +24,9 @@ from fedfair.runtime.output_folder import EVENTS_NAME
 
 EVENTS: dict[str, tuple[tuple[str, ...], str]] = {
     "start": (
-        ("federation_id", "pid", "resume", "first_round", "rounds", "collaborators", "plan_digest"),
-        "the aggregator process started (or resumed) serving the plan with this digest",
+        ("federation_id", "pid", "resume", "first_round", "rounds", "collaborators", "plan_digest", "auditor"),
+        "the aggregator process started (or resumed) serving the plan with this digest (auditor: the input bound's "
+        "second verifier, null without the bound)",
     ),
     "monitoring": (("url",), "the monitoring endpoint listens at url (/metrics, /status)"),
     "connect": (("name",), "a collaborator opened its task stream (rate-limited per peer, like the log)"),
