@@ -22,6 +22,7 @@ from functools import partial
 
 from fedfair.core.errors import Refusal, RefusedError
 from fedfair.runtime.aggregator.offers import Offers, Position
+from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.aggregator.stages import OpenStage, StageProgress, StageReady, StageTiming, UploadHandler
 from fedfair.runtime.aggregator.stages import error_summary, input_for
 from fedfair.runtime.aggregator.starts import Starts
@@ -53,8 +54,12 @@ class StreamStart:
 class Board:
     """Shared state of one aggregator: connections, tasks, models and the open stage."""
 
-    def __init__(self, plan_digest: str, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, plan_digest: str, *, clock: Callable[[], float] = time.monotonic, events: EventLog | None = None
+    ) -> None:
         self.plan_digest = plan_digest
+        self.events = events
+        """Where the round's waits are written for the operator's views (None: nowhere)."""
         self.manifest_digest = ""
         """The manifest the current round runs under, named in its tasks (set at the round's start)."""
         self._clock = clock
@@ -404,7 +409,8 @@ class Board:
         """Wait until the open stage is settled (see the module's notes) or its deadline passed.
 
         While it waits, `progress` (if given) is called every `every` seconds, outside the
-        board's lock, with who has answered and who is still awaited.
+        board's lock, with who has answered and who is still awaited; after such a call, once more when the
+        wait ends, with nobody awaited (the wait it reported is over).
         """
         with self._changed:
             stage = self._stage
@@ -423,12 +429,13 @@ class Board:
         def settled() -> bool:
             return self._closed or (stage.ready is not None and stage.ready()) or not owed()
 
-        next_report = self._clock() + every
+        next_report, reported = self._clock() + every, False
         while True:
             with self._changed:
                 remaining = stage.deadline - self._clock()
                 if settled() or remaining <= 0:
-                    return
+                    over = StageProgress(stage.binding, len(stage.accepted), len(stage.expected), (), 0.0)
+                    break
                 self._changed.wait(timeout=min(remaining, max(next_report - self._clock(), 0.0)))
                 now = self._clock()
                 if settled() or now >= stage.deadline or now < next_report:
@@ -439,6 +446,9 @@ class Board:
             next_report = now + every
             if progress is not None:
                 progress(snapshot)
+                reported = True
+        if reported and progress is not None:
+            progress(over)
 
     def close_stage(self) -> tuple[frozenset[str], int]:
         """Close the open stage; return who uploaded to it and how many bytes arrived."""

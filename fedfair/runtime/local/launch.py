@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -17,7 +16,6 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
 from fedfair.core.errors import ConfigError, FedfairError
@@ -32,6 +30,7 @@ from fedfair.runtime.local.builtin import SPLITS, builtin_workspace, check_sites
 from fedfair.runtime.local.console import closing_lines, describe_privacy
 from fedfair.runtime.observe.progress import Progress
 from fedfair.runtime.output_folder import COMPARISON_NAME, FINAL_SUMMARY_NAME
+from fedfair.runtime.stops import stop_on_signals
 
 if TYPE_CHECKING:
     from fedfair.runtime.local.workspace import Workspace
@@ -70,29 +69,6 @@ def launch_folder(workdir: str | None, keep: bool | None) -> Iterator[Path]:
     finally:
         if keep is False or (keep is None and not finished):
             shutil.rmtree(root, ignore_errors=True)
-
-
-@contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """Turn SIGTERM and SIGINT into a KeyboardInterrupt while launch runs.
-
-    So launch stops its children and cleans up instead of dying on the spot or going on. SIGINT is set
-    outright because a process started in the background by a non-interactive shell inherits it ignored,
-    and Python then never raises KeyboardInterrupt (only the main thread can set a handler).
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = {stop: signal.signal(stop, interrupt) for stop in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for stop, handler in previous.items():
-            signal.signal(stop, handler)
 
 
 def remove_ca_key(certs: Path) -> None:

@@ -47,7 +47,16 @@ FAMILIES: dict[str, tuple[str, str]] = {
         "times the site dropped out: rounds it took part in without its input in the sum, or a task stream lost "
         "mid-run, by site",
     ),
-    "fedfair_waiting_for": ("gauge", "1 for a site the aggregator waits for before its next round, else 0, by site"),
+    "fedfair_waiting_for": (
+        "gauge",
+        "1 for a site the aggregator waits for now (before a round, or at one of its stages), else 0, by site",
+    ),
+    "fedfair_waiting_stage": (
+        "gauge",
+        "1 for what the aggregator waits for now, by stage: a stage's uploads (key advertisements, masked inputs, "
+        "...) or, before a round, the quorum, everyone or the auditor",
+    ),
+    "fedfair_waiting_seconds_left": ("gauge", "seconds until the aggregator gives up its wait now (absent: none)"),
     "fedfair_site_excluded": ("gauge", "1 for a site excluded for misbehaving and not re-admitted, by site"),
     "fedfair_site_epsilon_shared": ("gauge", "the cumulative epsilon a site last shared (share_epsilon), by site"),
     "fedfair_estimate_round": ("gauge", "the round of the latest federated evaluation"),
@@ -94,6 +103,7 @@ def families(state: FederationState) -> Iterator[Any]:
         "fedfair_last_round_duration_seconds": state.last_seconds,
         "fedfair_received_bytes_total": state.bytes_received,
         "fedfair_last_event_timestamp_seconds": state.updated,
+        "fedfair_waiting_seconds_left": None if state.waiting is None else state.waiting.seconds_left,
     }
     survivors = sum(site.last in ("contributed", "late") for site in state.sites.values())
     dropouts = sum(site.last == "dropped" for site in state.sites.values())
@@ -128,6 +138,10 @@ def families(state: FederationState) -> Iterator[Any]:
         last_stages.add_metric([stage], seconds)
     yield stages
     yield last_stages
+    waiting = _family("fedfair_waiting_stage", ("stage",))
+    if state.waiting is not None:
+        waiting.add_metric([state.waiting.goal], 1.0)
+    yield waiting
     yield from _site_families(state)
 
 
