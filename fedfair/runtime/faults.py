@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import threading
 
 import numpy as np
 
@@ -29,7 +30,10 @@ LIAR_VARIABLE = "FEDFAIR_TEST_LIAR"
 
 FREEZE = "freeze:"
 """A FEDFAIR_TEST_FAULT of this prefix and a point stops the process there (SIGSTOP, as ``kill -STOP`` does) rather
-than killing it: a frozen party whose connections stay open, until a SIGCONT lets it go on from that point."""
+than killing it: a frozen party whose connections stay open, until a SIGCONT lets it go on from that point. It
+freezes once: a point that many threads reach (each upload of a stage) would stop it again after the SIGCONT."""
+
+_FREEZING = threading.Lock()
 
 
 def maybe_die(point: str, round_number: int, stage: str = "") -> None:
@@ -41,7 +45,10 @@ def maybe_die(point: str, round_number: int, stage: str = "") -> None:
     if wanted == here:
         os.kill(os.getpid(), signal.SIGKILL)
     elif wanted == FREEZE + here:
-        os.kill(os.getpid(), signal.SIGSTOP)
+        with _FREEZING:
+            first = os.environ.pop(VARIABLE, None) is not None
+        if first:
+            os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def lying(encoded: np.ndarray, bound_sq: int) -> tuple[np.ndarray, Witness | None]:

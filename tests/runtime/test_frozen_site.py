@@ -24,7 +24,7 @@ import pytest
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.local.workspace import free_port
 from fedfair.runtime.observe.status import FederationState
-from tests.runtime.harness import Processes, new_workspace
+from tests.runtime.harness import Processes, frozen, new_workspace
 from tests.runtime.test_stall import WAIT_SECONDS, reached, sample, served
 
 NAMES = ["site-a", "site-b", "site-c"]
@@ -32,12 +32,6 @@ NAMED_WITHIN_SECONDS = 15.0
 """The issue's bound: the aggregator writes a stage's wait every 10 s (board.PROGRESS_SECONDS), so a freeze at the
 stage's opening is named 10 s later, plus a poll's and a loaded machine's slack."""
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def frozen(pid: int) -> bool:
-    """Whether process `pid` is stopped by a signal (state T in /proc)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rindex(")") + 2] == "T"
 
 
 def names_the_stage(state: FederationState) -> bool:

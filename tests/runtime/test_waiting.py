@@ -247,3 +247,30 @@ def test_a_site_that_holds_a_stage_up_is_named_with_the_stage_everywhere_until_i
     assert not waiter.is_alive() and federation_state(tmp_path).waiting is None  # the `waited` event ended it
     scraped = metrics_of(tmp_path)
     assert not any(name in ("fedfair_waiting_stage", "fedfair_waiting_seconds_left") for name, _ in scraped)
+
+
+def test_a_stopped_federation_says_why_and_keeps_the_dropout_of_the_site_it_stopped_without(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """site-c's stream ends after round 2 and the quorum wait before round 3 times out: the aggregator's ``stop``
+    event names the error and its fix, and the streams its own stop ends count for nobody."""
+    events = running_federation(tmp_path, lost_in_round=None)
+    events.emit("disconnect", name="site-c")
+    events.emit("waiting", round=3, goal="the quorum", connected=2, eligible=3, missing=["site-c"], seconds_left=0.0)
+    assert federation_state(tmp_path).sites["site-c"].dropouts == 1  # while it runs: it goes on without site-c
+    why = (
+        "round 3: only 2 of the 3 collaborators connected within 30 s, below the quorum of 3 (missing: site-c). "
+        "The checkpoint of round 2 is kept in OUT: start the missing collaborators, then restart the aggregator "
+        "with --resume"
+    )
+    events.emit("stop", reason=why, status=2)
+    for name in NAMES[:2]:
+        events.emit("disconnect", name=name)  # the aggregator's own stop closes their streams
+    state = federation_state(tmp_path)
+    assert (state.running, state.stopped, state.exit_status, state.waiting) == (False, why, 2, None)
+    assert {name: site.dropouts for name, site in state.sites.items()} == {"site-a": 0, "site-b": 0, "site-c": 1}
+    assert cli.main(["status", str(tmp_path)]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0].startswith("federation fed-wait: stopped (exit 2), round 2 of 4 (1 applied, 1 aborted)")
+    assert f"  stopped: {why}" in shown
+    assert f"stopped (exit 2): {why}" in html.unescape(status_page(state))
