@@ -102,3 +102,39 @@ def test_a_site_frozen_mid_round_is_named_with_its_stage_and_the_round_completes
     processes.finish(aggregator)
     rounds = read_round_log(workspace.output)
     assert [(record["status"], record.get("contributors")) for record in rounds] == [("applied", NAMES)] * 3
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads a process's state from /proc")
+def test_a_site_frozen_past_one_timeout_costs_one_aborted_round_and_everyone_exits_0(
+    tmp_path: Path, processes: Processes
+) -> None:
+    """dropouts = "none", aborted_rounds_allowed = 1: site-c frozen at round 2's key advertisement for longer than
+    the 20 s round timeout. Round 2 aborts; round 3 waits for the quorum, which site-c (its stream still open, but
+    silent through all of round 2) is not counted in until it is heard from, rather than starting with it and
+    aborting again at its timeout. site-c goes on, round 3 runs with it: exactly one round aborted, exit 0 all."""
+    workspace = new_workspace(
+        tmp_path,
+        NAMES,
+        training={"rounds": 4},
+        secure_aggregation={"dropouts": "none"},
+        quorum={"round_timeout_seconds": 20.0, "aborted_rounds_allowed": 1},
+    )
+    aggregator = processes.aggregator(workspace)
+    for name in NAMES[:2]:
+        processes.collaborator(workspace, name)
+    site_c = processes.collaborator(workspace, "site-c", fault="freeze:before-upload:2:STAGE_ADVERTISE_KEYS")
+    aborted = reached(workspace.output, "round 2 aborted", lambda s: s.rounds_aborted == 1, processes)
+    assert frozen(site_c.process.pid) and aborted.last_round == 2, processes.tail()
+    waiting = reached(workspace.output, "round 3's wait", lambda s: s.waiting is not None, processes).waiting
+    assert waiting is not None and (waiting.round, waiting.goal, waiting.missing, waiting.silent) == (
+        3,
+        "the quorum",
+        ("site-c",),
+        ("site-c",),
+    ), waiting
+    assert waiting.line().endswith("(2 of 3 connected, before round 3; site-c connected but not answering)")
+    site_c.process.send_signal(signal.SIGCONT)  # 20 s and more after it froze: past one round timeout
+    processes.finish(aggregator)  # every party exits 0: one aborted round is within the plan's allowance
+    statuses = [record["status"] for record in read_round_log(workspace.output)]
+    assert statuses == ["applied", "aborted", "applied", "applied"]

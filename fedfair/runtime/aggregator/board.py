@@ -80,6 +80,9 @@ class Board:
         self._stage: OpenStage | None = None
         self._round = 0
         self._departed: set[str] = set()
+        # Peers an aborted round waited for in vain while their streams stayed open (frozen or hung processes):
+        # absent from the quorum until they are heard from again.
+        self._unanswered: set[str] = set()
         self._uploading: dict[str, int] = {}
         # The latest task this board (this process) sent each peer: what a reconnecting stream may skip.
         self._delivered: dict[str, Position] = {}
@@ -101,6 +104,7 @@ class Board:
         """
         with self._changed:
             self._streams[peer] = self._streams.get(peer, 0) + 1
+            self._unanswered.discard(peer)
             # Opened with `after` before the round in progress: a process that restarted or
             # joined late has none of this round's state, so it starts with the next round.
             stale_round = self._round if after.round < self._round else None
@@ -127,9 +131,32 @@ class Board:
             return left <= 0
 
     def connected(self) -> frozenset[str]:
-        """Collaborators with at least one live task stream (never a :attr:`verifiers` peer)."""
+        """Collaborators with at least one live task stream (never a :attr:`verifiers` peer), but :meth:`unanswered`."""
         with self._changed:
-            return frozenset(self._streams) - self.verifiers
+            return self._present()
+
+    def _present(self) -> frozenset[str]:
+        """(Lock held.) What :meth:`connected` returns."""
+        return frozenset(self._streams) - self.verifiers - self._unanswered
+
+    def unanswered(self, peers: Iterable[str]) -> frozenset[str]:
+        """Count `peers`, which an aborted round waited for in vain, as absent until they are heard from again.
+
+        Only those whose task stream is still open, and has been since the round began: a frozen or hung process
+        keeps its connection, and would be taken into the next round, which would abort again at its timeout.
+        Any call of theirs (:meth:`heard`) or a new task stream brings them back. Returns who is counted absent.
+        """
+        with self._changed:
+            silent = (frozenset(peers) & self._streams.keys()) - self._departed
+            self._unanswered |= silent
+            return silent
+
+    def heard(self, peer: str) -> None:
+        """`peer` made a call: it is not (or no longer) :meth:`unanswered`."""
+        with self._changed:
+            if peer in self._unanswered:
+                self._unanswered.discard(peer)
+                self._changed.notify_all()
 
     def following(self) -> frozenset[str]:
         """Every peer with a live task stream, :attr:`verifiers` included."""
@@ -144,7 +171,7 @@ class Board:
         eligible = None if among is None else frozenset(among)
 
         def present() -> frozenset[str]:
-            streaming = frozenset(self._streams) - self.verifiers
+            streaming = self._present()
             return streaming if eligible is None else eligible & streaming
 
         with self._changed:

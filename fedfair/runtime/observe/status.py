@@ -73,9 +73,8 @@ class Waiting:
     stage: str | None = None
     """The stage whose uploads it waits for ("STAGE_ADVERTISE_KEYS"); None: it waits before the round."""
     silent: tuple[str, ...] = ()
-    """The `missing` whose task stream is still open: connected, yet not answering (frozen, hung or slow). The
-    others' streams ended (stopped, killed, or cut off: a frozen process is, once the transport's keepalive gives
-    it up)."""
+    """The `missing` whose task stream is still open: connected, yet not answering (frozen, hung or slow; before a
+    round, one an aborted round waited for in vain). The others' streams ended (stopped, killed, cut off)."""
 
     def line(self) -> str:
         """The one form every view shows.
@@ -86,9 +85,10 @@ class Waiting:
         """
         left = "no deadline" if self.seconds_left is None else f"{self.seconds_left:.0f} s left"
         if self.stage is None:
+            silent = f"; {', '.join(self.silent)} connected but not answering" if self.silent else ""
             return (
                 f"waiting for {self.goal}: missing {', '.join(self.missing)}, {left} "
-                f"({self.connected} of {self.eligible} connected, before round {self.round})"
+                f"({self.connected} of {self.eligible} connected, before round {self.round}{silent})"
             )
         gone = [name for name in self.missing if name not in self.silent]
         how = [f"{', '.join(self.silent)} connected but not answering"] if self.silent else []
@@ -244,7 +244,7 @@ def _lost_streams(
 def _waiting(events: list[dict[str, Any]], connected: set[str]) -> Waiting | None:
     """The wait the latest events leave open (a ``waiting`` event no round, start or finish followed), to now.
 
-    A stage's wait names as silent its missing sites `connected` holds (a task stream open now).
+    A wait names as silent its missing sites `connected` holds (a task stream open now).
     """
     latest: dict[str, Any] | None = None
     since = 0.0
@@ -275,7 +275,7 @@ def _waiting(events: list[dict[str, Any]], connected: set[str]) -> Waiting | Non
         seconds_left=left,
         since=since,
         stage=None if stage is None else str(stage),
-        silent=() if stage is None else tuple(name for name in missing if name in connected),
+        silent=tuple(name for name in missing if name in connected),
     )
 
 

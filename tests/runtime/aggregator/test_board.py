@@ -290,3 +290,19 @@ def test_a_stage_settled_before_its_first_report_reports_nothing() -> None:
     for site in ("site-a", "site-b", "site-c"):
         board.deliver(site, ADVERTISE, b"key")
     assert settles(waiter) and reports == []
+
+
+def test_a_site_an_aborted_round_waited_for_in_vain_is_absent_until_heard_from() -> None:
+    board = board_with_stage(lambda peer, payload: None)
+    board.disconnect("site-b")  # departed during the round: its stream ended, nothing to set aside
+    assert board.unanswered(["site-b", "site-c"]) == {"site-c"}
+    assert board.connected() == {"site-a"}
+    assert board.wait_for_connected(2, 0.05) == {"site-a"}  # the quorum wait does not count it
+    waiter = threading.Thread(target=board.wait_for_connected, args=(2, 30.0))
+    waiter.start()
+    board.heard("site-c")  # any call of its brings it back, and wakes the wait
+    waiter.join(10.0)
+    assert not waiter.is_alive() and board.connected() == {"site-a", "site-c"}
+    board.unanswered(["site-c"])
+    board.connect("site-c", make_binding("f", 1, pb.STAGE_JOIN))  # so does a new task stream
+    assert board.connected() == {"site-a", "site-c"}
