@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import os
 from collections import Counter
@@ -23,6 +22,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fedfair.core.errors import ConfigError
+from fedfair.core.files import read_json
 from fedfair.privacy.distributed import Release
 from fedfair.privacy.ledger import RESET, Charge, Ledger, ledger_path
 from fedfair.privacy.ledger_home import (
@@ -311,9 +312,9 @@ def open_site_accountant(config: CollaboratorConfig, federation: str) -> tuple[P
     target = privacy_state_path(folder, config.name, identity)
     for path in [] if target.exists() else sorted(folder.glob(f"{config.name}.*.privacy.json")):
         try:
-            document = json.loads(path.read_bytes())
-        except (OSError, ValueError):
-            continue  # open_accountant names what is wrong with it
+            document = read_json(path, "")
+        except ConfigError:
+            continue  # open_accountant names what is wrong with it (a 100,000-deep file too, never a RecursionError)
         former = (
             document.get("data") if isinstance(document, dict) and document.get("version") == STATE_VERSION else None
         )
