@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -271,3 +272,22 @@ def test_a_dp_sgd_accountant_kept_by_the_tables_path_is_taken_over_after_a_move(
     epsilon = compute_epsilon(1.1, 0.01, 20, delta)
     assert f"DP-SGD on this data (local), epsilon {epsilon:.4g} at delta {delta:g} over 20 steps" in shown, shown
     assert len(list(moved.glob("site-a.*.privacy.json.taken-over"))) == 1
+
+
+def test_a_changed_table_is_refused_before_the_collaborator_dials_with_the_ledgers_one_fix(
+    site: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`collaborator start` makes the check `collaborator ledger` makes, before it connects: one message, the table's
+    fix (put it back, or reset the ledger), never the record's ("local-bindings ... restore ... from a backup"), and
+    at once (its aggregator's address answers nothing: a dial would wait for it)."""
+    _charge(site, 1)
+    edited = _table()
+    edited.loc[0, "age"] += 1
+    edited.to_csv(site.parent / "table.csv", index=False)
+    began = time.monotonic()
+    assert cli_main(["collaborator", "start", "--config", str(site)]) == 2
+    assert time.monotonic() - began < 60.0  # no wait for an aggregator: [retry] start_wait_seconds is 300
+    captured = capsys.readouterr()
+    (line,) = [line for line in captured.err.splitlines() if line.startswith("fedfair: error:")]
+    assert "the table changed since this site last charged" in line and "reset-ledger" in line, line
+    assert "local-bindings" not in captured.err and "connecting to the aggregator" not in captured.err + captured.out
