@@ -11,6 +11,7 @@ Why: docs/operations.md, "Stopping".
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -37,25 +38,57 @@ def stop_name(stop: KeyboardInterrupt) -> str:
     return "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
 
 
+FORWARD_PAUSE_SECONDS = 0.5
+"""How long the forwarder waits for the main thread to act on a stop it forwarded before it forwards another."""
+
+
 @contextmanager
 def stop_on_signals() -> Iterator[None]:
-    """Turn SIGTERM and SIGINT into :class:`Stopped` while the block runs.
+    """Turn SIGTERM and SIGINT into :class:`Stopped` in the main thread while the block runs.
 
     So a party stops its work and closes up instead of dying on the spot or going on. SIGINT is set
     outright because a process started in the background by a non-interactive shell inherits it ignored,
     and Python then never raises KeyboardInterrupt. Only the main thread can set a handler: elsewhere the
     block runs with the handlers as they are.
+
+    A signal the kernel hands to another thread (gRPC's, a server's) would reach the main thread's handler only
+    when its current wait times out, up to 10 s later, past the 5 s a launcher or Docker grants a stop: a
+    forwarder thread, woken through the signal wakeup fd, sends it on to the main thread, whose wait it
+    interrupts. The first stop raises; a repeat (the forwarded copy, or a second Ctrl-C while it closes up) is
+    ignored, so the closing up is not cut short.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    stopping = threading.Event()
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
+        if stopping.is_set():
+            return
+        stopping.set()
         raise Stopped(signum)
 
+    main = threading.main_thread().ident
+    assert main is not None  # the main thread has started: this code runs in it
+    woken, wake = os.pipe()
+    os.set_blocking(wake, False)
+
+    def forward() -> None:
+        while data := os.read(woken, 64):
+            if not stopping.is_set() and any(signum in (signal.SIGINT, signal.SIGTERM) for signum in data):
+                signal.pthread_kill(main, signal.SIGTERM if signal.SIGTERM in data else signal.SIGINT)
+                stopping.wait(FORWARD_PAUSE_SECONDS)
+
     previous = {stop: signal.signal(stop, interrupt) for stop in (signal.SIGTERM, signal.SIGINT)}
+    previous_fd = signal.set_wakeup_fd(wake, warn_on_full_buffer=False)
+    forwarder = threading.Thread(target=forward, name="stop-signals", daemon=True)
+    forwarder.start()
     try:
         yield
     finally:
+        signal.set_wakeup_fd(previous_fd)
         for stop, handler in previous.items():
             signal.signal(stop, handler)
+        os.close(wake)  # the forwarder reads the end of the pipe and returns
+        forwarder.join(FORWARD_PAUSE_SECONDS * 2)
+        os.close(woken)

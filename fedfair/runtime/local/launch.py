@@ -24,6 +24,7 @@ from fedfair.runtime.local.processes import (
     Child,
     start_aggregator,
     start_collaborator,
+    stop_all,
     supervise,
 )
 from fedfair.runtime.local.builtin import SPLITS, builtin_workspace, check_sites, rehearsal_ledgers
@@ -199,8 +200,7 @@ def federate(
             supervise(aggregator, children[1:], ended, tick=lambda: shown.update(*rounds_done(workspace)))
         except BaseException:
             # The children run in their own sessions (a Ctrl-C here does not reach them): stop them all.
-            for child in children:
-                child.kill()
+            stop_all(children)
             print_failures(children, logs)
             raise
         shown.update(*rounds_done(workspace))
