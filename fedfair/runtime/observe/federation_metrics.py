@@ -56,7 +56,7 @@ FAMILIES: dict[str, tuple[str, str]] = {
         "1 for what the aggregator waits for now, by stage: a stage's uploads (key advertisements, masked inputs, "
         "...) or, before a round, the quorum, everyone or the auditor",
     ),
-    "fedfair_waiting_seconds_left": ("gauge", "seconds until the aggregator gives up its wait now (absent: none)"),
+    "fedfair_waiting_seconds_left": ("gauge", "seconds until the aggregator gives up its wait now (no sample: none)"),
     "fedfair_site_excluded": ("gauge", "1 for a site excluded for misbehaving and not re-admitted, by site"),
     "fedfair_site_epsilon_shared": ("gauge", "the cumulative epsilon a site last shared (share_epsilon), by site"),
     "fedfair_estimate_round": ("gauge", "the round of the latest federated evaluation"),
@@ -103,7 +103,6 @@ def families(state: FederationState) -> Iterator[Any]:
         "fedfair_last_round_duration_seconds": state.last_seconds,
         "fedfair_received_bytes_total": state.bytes_received,
         "fedfair_last_event_timestamp_seconds": state.updated,
-        "fedfair_waiting_seconds_left": None if state.waiting is None else state.waiting.seconds_left,
     }
     survivors = sum(site.last in ("contributed", "late") for site in state.sites.values())
     dropouts = sum(site.last == "dropped" for site in state.sites.values())
@@ -138,10 +137,14 @@ def families(state: FederationState) -> Iterator[Any]:
         last_stages.add_metric([stage], seconds)
     yield stages
     yield last_stages
-    waiting = _family("fedfair_waiting_stage", ("stage",))
+    # Served while nothing is waited for too, without a sample: a scrape then shows the family, and no stale wait.
+    waiting, left = _family("fedfair_waiting_stage", ("stage",)), _family("fedfair_waiting_seconds_left")
     if state.waiting is not None:
         waiting.add_metric([state.waiting.goal], 1.0)
+        if state.waiting.seconds_left is not None:
+            left.add_metric([], state.waiting.seconds_left)
     yield waiting
+    yield left
     yield from _site_families(state)
 
 
