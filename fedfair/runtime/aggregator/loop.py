@@ -422,6 +422,8 @@ class RoundLoop:
         its timeout, so one outage would cost two rounds. Absent, it is waited for as the quorum is (up to the round
         timeout), and is back as soon as it makes a call (:meth:`Board.unanswered <.board.Board.unanswered>`).
         """
+        if self.driver.grace.round != round_number:
+            return  # it aborted before its sum began (a voided round's survivors missing): nobody was waited for
         never = {
             peer for answers in self.driver.answers.values() for peer, seconds in answers.items() if seconds is None
         }
