@@ -321,7 +321,7 @@ def odd_value_rows(where: Path, book: RowBook) -> None:
         status, output, _ = _run_to_exit(workspace, "site-a", log)
         return status, output
 
-    def served(rewrite: Callable[[bytes], bytes] | None) -> Callable[[], tuple[int, str]]:
+    def against_served(rewrite: Callable[[bytes], bytes] | None) -> Callable[[], tuple[int, str]]:
         def run() -> tuple[int, str]:
             with served(workspace, rewrite):
                 return collaborator()
@@ -334,7 +334,7 @@ def odd_value_rows(where: Path, book: RowBook) -> None:
         def run() -> tuple[int, str]:
             path.write_text(text)
             try:
-                return served(None)()
+                return against_served(None)()
             finally:
                 path.unlink()
 
@@ -345,7 +345,7 @@ def odd_value_rows(where: Path, book: RowBook) -> None:
         "a 400-digit integer in the served plan ([quorum] round_timeout_seconds)",
         "[quorum] round_timeout_seconds",
         PATCHED_AGGREGATOR,
-        served(_huge_timeout),
+        against_served(_huge_timeout),
     )
     config.write_text(config.read_text() + "\n[privacy]\nenabled = true\n")
     privacy = {"format": STATE_FORMAT, "version": STATE_VERSION, "federation": FEDERATION_ID, "rounds": 1}

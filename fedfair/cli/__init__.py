@@ -44,6 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "report": ("fedfair.cli.report", "draw an aggregator's run as one self-contained HTML page"),
     "status": ("fedfair.cli.status", "a federation's state on one screen, from its aggregator's output folder"),
+    "stop": ("fedfair.cli.stop", "stop a running aggregator, from its output folder, as Ctrl-C at its console would"),
     "logs": (
         "fedfair.cli.logs",
         "filter or follow a party's structured log (events.jsonl, or a NAME.log), as text or JSON",

@@ -25,7 +25,7 @@ from fedfair.core.files import atomic_write
 from fedfair.pki import validate_name
 from fedfair.pki.names import FEDERATION_ID_RE
 from fedfair.runtime.failures import finished_exit
-from fedfair.runtime.observe.logs import LOG_LEVELS, configure_logging, quiet_grpc
+from fedfair.runtime.observe.logs import CLOSING_LINE, LOG_LEVELS, configure_logging, quiet_grpc
 from fedfair.core.tables import Table, shown
 
 if TYPE_CHECKING:
@@ -184,8 +184,8 @@ def _start_command(args: argparse.Namespace) -> int:
     plan = plan_from_args(args)
     log_file = args.log_file if args.log_file is not None else plan.aggregator.output / LOG_NAME
     configure_logging(args.log_level, log_file, label="aggregator", verbose=args.verbose)
-    from fedfair.runtime.output_folder import CHECKPOINT_NAME
-    from fedfair.runtime.aggregator.start import run_aggregator
+    from fedfair.runtime.aggregator.start import run_aggregator, stopped_line
+    from fedfair.runtime.stops import stop_on_signals, stop_status
 
     if args.readmit:
         if not args.resume:
@@ -195,14 +195,11 @@ def _start_command(args: argparse.Namespace) -> int:
             )
         readmit(plan, args.readmit)
     try:
-        summary = run_aggregator(plan, resume=args.resume, startup_timeout=args.startup_timeout)
-    except KeyboardInterrupt:
-        output = plan.aggregator.output
-        if (output / CHECKPOINT_NAME).exists():
-            logger.warning("interrupted; the last checkpoint is in %s (continue with --resume)", output)
-        else:
-            logger.warning("interrupted before the first round was checkpointed; start again without --resume")
-        return 130
+        with stop_on_signals():
+            summary = run_aggregator(plan, resume=args.resume, startup_timeout=args.startup_timeout)
+    except KeyboardInterrupt as stop:
+        logger.warning("%s", stopped_line(plan, stop), extra=CLOSING_LINE)
+        return stop_status(stop)
     return finished_exit(int(summary.get("aborted_rounds") or 0), plan.quorum.aborted_rounds_allowed)
 
 

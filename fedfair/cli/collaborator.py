@@ -7,7 +7,9 @@ import logging
 import sys
 from pathlib import Path
 
-from fedfair.runtime.observe.logs import configure_logging
+from fedfair.runtime.observe.logs import CLOSING_LINE, configure_logging
+
+logger = logging.getLogger("fedfair.collaborator")
 
 
 def _start_command(args: argparse.Namespace) -> int:
@@ -17,6 +19,7 @@ def _start_command(args: argparse.Namespace) -> int:
     from fedfair.runtime.collaborator.config import load_collaborator_config
     from fedfair.runtime.collaborator.metrics import start_site_monitoring
     from fedfair.runtime.failures import AUDITOR_REFUSED, EXIT_REFUSED
+    from fedfair.runtime.stops import stop_name, stop_on_signals, stop_status
 
     config = load_collaborator_config(args.config)
     # The console shows a progress bar and what needs a person; every line goes to NAME.log beside the config.
@@ -24,13 +27,21 @@ def _start_command(args: argparse.Namespace) -> int:
     collaborator = Collaborator(config, reset_state=args.reset_state)
     monitor = start_site_monitoring(config)  # its own privacy metrics, when its config has [monitoring]
     try:
-        status = collaborator.run()
+        with stop_on_signals():
+            status = collaborator.run()
         if monitor is not None:
             monitor.final_scrape()
         return status
-    except KeyboardInterrupt:
-        collaborator.stop()
-        return 130
+    except KeyboardInterrupt as stop:
+        collaborator.stop()  # its stream cancelled: the aggregator sees it leave at once
+        logger.warning(
+            "%s: stopped by %s; what it holds of the federation is kept beside its config: start it again with "
+            "the same command to rejoin from the next round",
+            config.name,
+            stop_name(stop),
+            extra=CLOSING_LINE,
+        )
+        return stop_status(stop)
     except PermanentFailureError as error:
         if error.failure is not AUDITOR_REFUSED:
             raise
@@ -71,7 +82,7 @@ def _reset_ledger_command(args: argparse.Namespace) -> int:
     # The reset is an entry of the ledger itself, and a line of the collaborator's log beside its config.
     configure_logging(file=config.source.parent / f"{config.name}.log", label=config.name)
     spent = ledger.reset(args.reason)
-    logging.getLogger("fedfair.collaborator").warning(
+    logger.warning(
         "%s: privacy ledger %s reset by its operator (%s); epsilon %.4g spent before it no longer counts",
         config.name,
         ledger.path,

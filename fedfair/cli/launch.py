@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 
 from fedfair.core.config import DRIFT_CORRECTIONS
 from fedfair.runtime.local.builtin import AUDITOR, DEFAULT_ROUNDS, SPLITS
 from fedfair.runtime.local.launch import run_launch
+from fedfair.runtime.stops import stop_name, stop_status
 
 
 def _launch_command(args: argparse.Namespace) -> int:
@@ -18,9 +18,9 @@ def _launch_command(args: argparse.Namespace) -> int:
 
     try:
         return run_launch(args, comparison=None if args.no_fedavg else FEDAVG)
-    except KeyboardInterrupt:
-        print("fedfair launch: interrupted; stopped every process", file=sys.stderr)
-        return 128 + signal.SIGINT
+    except KeyboardInterrupt as stop:
+        print(f"fedfair launch: stopped by {stop_name(stop)}; stopped every process", file=sys.stderr)
+        return stop_status(stop)
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -22,9 +22,19 @@ def _epsilon(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
+def _phase(state: FederationState) -> str:
+    if state.running:
+        return "running"
+    if state.finished:
+        return "finished"
+    if state.stopped is not None:
+        return f"stopped (exit {state.exit_status})"
+    return "not running"
+
+
 def describe(state: FederationState) -> str:
     """`state` as one screen of text: the federation, the last round, the estimate, then one line per site."""
-    phase = "running" if state.running else "finished" if state.finished else "not running"
+    phase = _phase(state)
     lines = [
         f"federation {state.federation_id or '(unknown: no start event)'}: {phase}, round {state.last_round or 0} "
         f"of {state.rounds_planned or '?'} ({state.rounds_completed} applied, {state.rounds_aborted} aborted); "
@@ -35,6 +45,8 @@ def describe(state: FederationState) -> str:
     ]
     if state.waiting is not None:
         lines.append(f"  {state.waiting.line()}")
+    if state.stopped is not None:
+        lines.append(f"  stopped: {state.stopped}")
     if state.monitoring_url and state.running:
         lines.append(f"  monitoring: {state.monitoring_url}/metrics, status page {state.monitoring_url}/")
     elif state.monitoring_url:

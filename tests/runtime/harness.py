@@ -74,6 +74,12 @@ def eventually(condition: Callable[[], bool], seconds: float = 60.0) -> bool:
     return True
 
 
+def frozen(pid: int) -> bool:
+    """Whether process `pid` is stopped by a signal (state T in /proc: a `freeze:` fault point, or SIGSTOP)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2] == "T"
+
+
 @contextmanager
 def lock_attempts() -> Iterator[list[int]]:
     """The operation of every `fcntl.flock` this thread makes in the block, in order (each still runs).

@@ -25,6 +25,7 @@ real outages, and so that the test can count how often each one trained.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -41,12 +42,15 @@ from fedfair.core.models import build_model
 from fedfair.fairness import pooled
 from fedfair.research.launch_baseline import simulation_options
 from fedfair.runtime.local.processes import (
+    Child,
     aggregator_command,
     child_environment,
 )
 from fedfair.runtime.local.workspace import Workspace
 from fedfair.simulation.rounds import run_rounds
 from fedfair.runtime.output_folder import FINAL_SUMMARY_NAME
+from fedfair.runtime.faults import FREEZE
+from fedfair.runtime.observe.status import federation_state
 from fedfair.runtime.aggregator.checkpoint import load_checkpoint, read_round_log, state_digest
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
@@ -58,6 +62,8 @@ from tests.federations import adult_by_race
 from tests.runtime.harness import (
     Processes,
     adult_split,
+    eventually,
+    frozen,
     new_workspace,
     replay,
 )
@@ -320,10 +326,28 @@ class Outcome:
     collaborators: dict[str, Collaborator]
 
 
+def stopped_by_sigterm(processes: Processes, aggregator: Child, workspace: Workspace) -> None:
+    """Stop the aggregator, frozen at a `freeze:` fault point, with SIGTERM (then SIGCONT, so it acts on it): it must
+    say so in its closing line, exit 143, and leave a `stop` event that `fedfair status` shows."""
+    assert eventually(lambda: frozen(aggregator.process.pid) or aggregator.process.poll() is not None, 120)
+    aggregator.process.send_signal(signal.SIGTERM)
+    aggregator.process.send_signal(signal.SIGCONT)
+    try:
+        status = aggregator.wait(120)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the aggregator did not stop within 120 s of SIGTERM\n{processes.tail()}")
+    assert status == 128 + signal.SIGTERM, processes.tail()
+    closing = "stopped by SIGTERM; the last checkpoint is in"
+    assert closing in aggregator.lines[-1], aggregator.lines[-3:]  # its closing line comes last
+    state = federation_state(workspace.output)
+    assert not state.running and state.exit_status == 143 and closing in (state.stopped or ""), state
+
+
 def run_federation(processes: Processes, workspace: Workspace, kills: tuple[str, ...] = ()) -> Outcome:
     """Run `workspace`'s federation to its end: the aggregator a process killed (SIGKILL) at each of
-    `kills` in turn and resumed from its checkpoint after each; the collaborators real `Collaborator`s
-    over loopback mTLS in threads of this process, which live through it all and are inspected after."""
+    `kills` in turn (or, at a `freeze:` point, frozen there and stopped with SIGTERM) and resumed from its
+    checkpoint after each; the collaborators real `Collaborator`s over loopback mTLS in threads of this process,
+    which live through it all and are inspected after."""
     collaborators = {
         name: Collaborator(load_collaborator_config(path), retry=QUICK_RECONNECT)
         for name, path in workspace.configs.items()
@@ -335,7 +359,10 @@ def run_federation(processes: Processes, workspace: Workspace, kills: tuple[str,
         finished = {name: pool.submit(collaborator.run) for name, collaborator in collaborators.items()}
         aggregator = processes.aggregator(workspace, fault=kills[0] if kills else None)
         for index, kill in enumerate(kills):
-            assert aggregator.wait(120) == -9, f"the aggregator did not die at {kill}\n{processes.tail()}"
+            if kill.startswith(FREEZE):
+                stopped_by_sigterm(processes, aggregator, workspace)
+            else:
+                assert aggregator.wait(120) == -9, f"the aggregator did not die at {kill}\n{processes.tail()}"
             resumed = kills[index + 1] if index + 1 < len(kills) else None
             aggregator = processes.aggregator(workspace, "--resume", fault=resumed)
         assert aggregator.wait(120) == 0, processes.tail()
@@ -405,6 +432,27 @@ def test_a_plain_round_killed_in_any_stage_is_rerun_to_the_same_bits(
     for name, collaborator in crashed.collaborators.items():
         assert collaborator.trainer.calls == 3, name  # one local training per round: the sampler moved as often
         assert collaborator.contributed_rounds == [1, 2, 3], name
+
+
+def test_an_aggregator_stopped_by_sigterm_mid_round_resumes_to_the_bits_of_an_uninterrupted_run(
+    tmp_path: Path, processes: Processes, uninterrupted: Outcome
+) -> None:
+    """SIGTERM (what systemd, Docker and `fedfair stop` send) once round 2's first update is in: the aggregator
+    stops as at Ctrl-C (closing line, exit 143, its checkpoint of round 1 kept), and --resume runs round 2 again to
+    the very model, evaluation and round log of the uninterrupted plain run."""
+    workspace = new_workspace(tmp_path, NAMES, **CRASH_PLAN, **PLAIN)
+    stopped = run_federation(processes, workspace, (f"{FREEZE}aggregator-stage:2:STAGE_MASKED_INPUT",))
+
+    assert [record["round"] for record in stopped.log] == [1, 2, 3]
+    for record, expected in zip(stopped.log, uninterrupted.log, strict=True):
+        assert record["status"] == expected["status"] == "applied"
+        assert record["model_sha256"] == expected["model_sha256"], f"round {record['round']} started elsewhere"
+    for key in ("theta", "theta_average"):
+        assert torch.equal(stopped.final[key], uninterrupted.final[key]), key
+    assert stopped.final["c"] == uninterrupted.final["c"]
+    assert stopped.summary["evaluation"] == uninterrupted.summary["evaluation"]
+    for name, collaborator in stopped.collaborators.items():
+        assert collaborator.trainer.calls == 3, name  # round 2's update was re-sent, not trained again
 
 
 def test_a_secure_round_killed_mid_masking_is_rerun(tmp_path: Path, processes: Processes) -> None:

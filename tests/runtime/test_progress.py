@@ -97,3 +97,23 @@ def test_durations_read_like_the_bar() -> None:
     assert format_duration(75.3) == "01:15"
     assert format_duration(4000) == "1:06:40"
     assert format_duration(-1) == "00:00"
+
+
+def test_a_piped_line_with_a_long_note_says_less_rather_than_pass_120_characters() -> None:
+    """`make demo`'s lines once ran to 146 characters with the estimate beside them: one that does not fit drops
+    the elapsed time, then the note's trailing clauses (never a clause cut in two), and stays within 120."""
+    estimate = "worst-group risk 0.83 (95% interval 0.78 to 0.91, round 120), mean 0.44 (0.42 to 0.46)"
+    piped = io.StringIO()
+    with Progress(300, "federation", stream=piped, interval_s=3600.0) as shown:
+        for done in range(1, 301):
+            shown.update(done, estimate if done >= 120 else "c=0.41")
+    lines = piped.getvalue().splitlines()
+    assert len(lines) == 10 and max(len(line) for line in lines) <= 120, [len(line) for line in lines]
+    assert re.fullmatch(r"federation: 30/300 rounds \(10%\), \d\d:\d\d elapsed, ETA \d\d:\d\d, c=0.41", lines[0])
+    assert re.fullmatch(
+        r"federation: 120/300 rounds \(40%\), ETA \d\d:\d\d, worst-group risk 0.83 \(95% interval 0.78 to 0.91, "
+        r"round 120\)",
+        lines[3],
+    ), lines[3]
+    short = Progress(300, "federation", stream=io.StringIO())
+    assert short.line(short.started, "x" * 200) == "federation: 0/300 rounds (0%), ETA unknown"  # no clause fits

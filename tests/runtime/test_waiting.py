@@ -7,11 +7,14 @@ running. `fedfair status`, the status page and the metrics endpoint all read the
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import subprocess
 import sys
+import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -21,11 +24,14 @@ from fedfair import cli
 from fedfair.core.errors import RoundAbortedError
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.checkpoint import append_round_log
+from fedfair.runtime.aggregator.progress_line import report_progress
 from fedfair.runtime.aggregator.voided import BoundSurvivors
 from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.observe.federation_metrics import FederationCollector
 from fedfair.runtime.observe.status import federation_state
 from fedfair.runtime.observe.status_page import status_page
+from fedfair.runtime.transport import make_binding, pb
+from tests.runtime.harness import eventually
 from tests.runtime.test_monitoring import samples
 from tests.runtime.test_report import NAMES, applied
 
@@ -187,3 +193,84 @@ def test_a_wait_for_a_voided_rounds_survivors_is_a_waiting_event(tmp_path: Path)
         bound.participants(Board("digest"), 3, frozenset(NAMES[:2]), 0.05, events)
     waiting = federation_state(tmp_path).waiting
     assert waiting is not None and waiting.missing == ("site-c",) and waiting.goal == "round 2's survivors"
+
+
+def test_a_site_that_holds_a_stage_up_is_named_with_the_stage_everywhere_until_it_answers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The driver's wait for a stage writes its progress as ``waiting`` events: the views name the site that has
+    not answered and the stage's uploads, tell a site still connected from one whose stream ended, count the
+    seconds left down, and forget the wait once the stage settles."""
+    events = running_federation(tmp_path, lost_in_round=None)
+    board = Board("digest", events=events)
+    for name in NAMES:
+        board.connect(name, make_binding("fed-wait", 2, pb.STAGE_EVAL_UNMASK))
+    board.new_round(3)
+    advertise = make_binding("fed-wait", 3, pb.STAGE_ADVERTISE_KEYS)
+    board.open_stage(advertise, NAMES, b"", lambda peer, payload: None, max_upload_bytes=1 << 10, timeout=60.0)
+    for name in NAMES[:2]:
+        board.deliver(name, advertise, b"key")
+    waiter = threading.Thread(target=board.wait_stage, args=(partial(report_progress, True, events), 0.2))
+    waiter.start()
+    assert eventually(lambda: federation_state(tmp_path).waiting is not None, 10.0)
+    waiting = federation_state(tmp_path).waiting
+    assert waiting is not None and (waiting.stage, waiting.missing, waiting.silent) == (
+        "STAGE_ADVERTISE_KEYS",
+        ("site-c",),
+        ("site-c",),
+    )
+    assert waiting.seconds_left is not None and 50.0 < waiting.seconds_left <= 60.0  # the stage's 60 s, counted down
+    line = (
+        r"round 3: waiting for site-c's key advertisements, (\d+) s left "
+        r"\(2 of 3 answered; site-c connected but not answering\)"
+    )
+    assert re.fullmatch(line, waiting.line()), waiting.line()
+    assert cli.main(["status", str(tmp_path)]) == 0
+    assert re.search(f"^  {line}$", capsys.readouterr().out, re.MULTILINE)
+    page = html.unescape(status_page(federation_state(tmp_path)))  # the page escapes the apostrophe
+    assert re.search(f'<p id="waiting" class="waiting">{line}</p>', page), page
+    scraped = metrics_of(tmp_path)
+    assert {name: scraped["fedfair_waiting_for", (("site", name),)] for name in NAMES} == {
+        "site-a": 0.0,
+        "site-b": 0.0,
+        "site-c": 1.0,
+    }
+    assert scraped["fedfair_waiting_stage", (("stage", "key advertisements"),)] == 1.0
+    assert 50.0 < scraped["fedfair_waiting_seconds_left", ()] <= 60.0
+
+    events.emit("disconnect", name="site-c")  # its stream ended: the views say so rather than "not answering"
+    gone = federation_state(tmp_path).waiting
+    assert gone is not None and gone.silent == () and gone.line().endswith("(2 of 3 answered; site-c disconnected)")
+
+    board.deliver("site-c", advertise, b"key")
+    waiter.join(10.0)
+    assert not waiter.is_alive() and federation_state(tmp_path).waiting is None  # the `waited` event ended it
+    scraped = metrics_of(tmp_path)
+    assert not any(name in ("fedfair_waiting_stage", "fedfair_waiting_seconds_left") for name, _ in scraped)
+
+
+def test_a_stopped_federation_says_why_and_keeps_the_dropout_of_the_site_it_stopped_without(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """site-c's stream ends after round 2 and the quorum wait before round 3 times out: the aggregator's ``stop``
+    event names the error and its fix, and the streams its own stop ends count for nobody."""
+    events = running_federation(tmp_path, lost_in_round=None)
+    events.emit("disconnect", name="site-c")
+    events.emit("waiting", round=3, goal="the quorum", connected=2, eligible=3, missing=["site-c"], seconds_left=0.0)
+    assert federation_state(tmp_path).sites["site-c"].dropouts == 1  # while it runs: it goes on without site-c
+    why = (
+        "round 3: only 2 of the 3 collaborators connected within 30 s, below the quorum of 3 (missing: site-c). "
+        "The checkpoint of round 2 is kept in OUT: start the missing collaborators, then restart the aggregator "
+        "with --resume"
+    )
+    events.emit("stop", reason=why, status=2)
+    for name in NAMES[:2]:
+        events.emit("disconnect", name=name)  # the aggregator's own stop closes their streams
+    state = federation_state(tmp_path)
+    assert (state.running, state.stopped, state.exit_status, state.waiting) == (False, why, 2, None)
+    assert {name: site.dropouts for name, site in state.sites.items()} == {"site-a": 0, "site-b": 0, "site-c": 1}
+    assert cli.main(["status", str(tmp_path)]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0].startswith("federation fed-wait: stopped (exit 2), round 2 of 4 (1 applied, 1 aborted)")
+    assert f"  stopped: {why}" in shown
+    assert f"stopped (exit 2): {why}" in html.unescape(status_page(state))

@@ -22,6 +22,7 @@ from functools import partial
 
 from fedfair.core.errors import Refusal, RefusedError
 from fedfair.runtime.aggregator.offers import Offers, Position
+from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.aggregator.stages import OpenStage, StageProgress, StageReady, StageTiming, UploadHandler
 from fedfair.runtime.aggregator.stages import error_summary, input_for
 from fedfair.runtime.aggregator.starts import Starts
@@ -53,8 +54,12 @@ class StreamStart:
 class Board:
     """Shared state of one aggregator: connections, tasks, models and the open stage."""
 
-    def __init__(self, plan_digest: str, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, plan_digest: str, *, clock: Callable[[], float] = time.monotonic, events: EventLog | None = None
+    ) -> None:
         self.plan_digest = plan_digest
+        self.events = events
+        """Where the round's waits are written for the operator's views (None: nowhere)."""
         self.manifest_digest = ""
         """The manifest the current round runs under, named in its tasks (set at the round's start)."""
         self._clock = clock
@@ -75,6 +80,9 @@ class Board:
         self._stage: OpenStage | None = None
         self._round = 0
         self._departed: set[str] = set()
+        # Peers an aborted round waited for in vain while their streams stayed open (frozen or hung processes):
+        # absent from the quorum until they are heard from again.
+        self._unanswered: set[str] = set()
         self._uploading: dict[str, int] = {}
         # The latest task this board (this process) sent each peer: what a reconnecting stream may skip.
         self._delivered: dict[str, Position] = {}
@@ -96,6 +104,7 @@ class Board:
         """
         with self._changed:
             self._streams[peer] = self._streams.get(peer, 0) + 1
+            self._unanswered.discard(peer)
             # Opened with `after` before the round in progress: a process that restarted or
             # joined late has none of this round's state, so it starts with the next round.
             stale_round = self._round if after.round < self._round else None
@@ -122,9 +131,32 @@ class Board:
             return left <= 0
 
     def connected(self) -> frozenset[str]:
-        """Collaborators with at least one live task stream (never a :attr:`verifiers` peer)."""
+        """Collaborators with at least one live task stream (never a :attr:`verifiers` peer), but :meth:`unanswered`."""
         with self._changed:
-            return frozenset(self._streams) - self.verifiers
+            return self._present()
+
+    def _present(self) -> frozenset[str]:
+        """(Lock held.) What :meth:`connected` returns."""
+        return frozenset(self._streams) - self.verifiers - self._unanswered
+
+    def unanswered(self, peers: Iterable[str]) -> frozenset[str]:
+        """Count `peers`, which an aborted round waited for in vain, as absent until they are heard from again.
+
+        Only those whose task stream is still open, and has been since the round began: a frozen or hung process
+        keeps its connection, and would be taken into the next round, which would abort again at its timeout.
+        Any call of theirs (:meth:`heard`) or a new task stream brings them back. Returns who is counted absent.
+        """
+        with self._changed:
+            silent = (frozenset(peers) & self._streams.keys()) - self._departed
+            self._unanswered |= silent
+            return silent
+
+    def heard(self, peer: str) -> None:
+        """`peer` made a call: it is not (or no longer) :meth:`unanswered`."""
+        with self._changed:
+            if peer in self._unanswered:
+                self._unanswered.discard(peer)
+                self._changed.notify_all()
 
     def following(self) -> frozenset[str]:
         """Every peer with a live task stream, :attr:`verifiers` included."""
@@ -139,7 +171,7 @@ class Board:
         eligible = None if among is None else frozenset(among)
 
         def present() -> frozenset[str]:
-            streaming = frozenset(self._streams) - self.verifiers
+            streaming = self._present()
             return streaming if eligible is None else eligible & streaming
 
         with self._changed:
@@ -404,7 +436,8 @@ class Board:
         """Wait until the open stage is settled (see the module's notes) or its deadline passed.
 
         While it waits, `progress` (if given) is called every `every` seconds, outside the
-        board's lock, with who has answered and who is still awaited.
+        board's lock, with who has answered and who is still awaited; after such a call, once more when the
+        wait ends, with nobody awaited (the wait it reported is over).
         """
         with self._changed:
             stage = self._stage
@@ -423,12 +456,13 @@ class Board:
         def settled() -> bool:
             return self._closed or (stage.ready is not None and stage.ready()) or not owed()
 
-        next_report = self._clock() + every
+        next_report, reported = self._clock() + every, False
         while True:
             with self._changed:
                 remaining = stage.deadline - self._clock()
                 if settled() or remaining <= 0:
-                    return
+                    over = StageProgress(stage.binding, len(stage.accepted), len(stage.expected), (), 0.0)
+                    break
                 self._changed.wait(timeout=min(remaining, max(next_report - self._clock(), 0.0)))
                 now = self._clock()
                 if settled() or now >= stage.deadline or now < next_report:
@@ -439,6 +473,9 @@ class Board:
             next_report = now + every
             if progress is not None:
                 progress(snapshot)
+                reported = True
+        if reported and progress is not None:
+            progress(over)
 
     def close_stage(self) -> tuple[frozenset[str], int]:
         """Close the open stage; return who uploaded to it and how many bytes arrived."""

@@ -29,7 +29,7 @@ from fedfair.runtime.aggregator.checks import SumOutcome, UploadScreen, decode_p
 from fedfair.runtime.aggregator.kept_inputs import in_file, kept_in_files
 from fedfair.runtime.aggregator.secure_uploads import SecureUpload
 from fedfair.runtime.aggregator.stages import HELD_UP_SECONDS, RoundGrace, StageReady, UploadHandler
-from fedfair.runtime.aggregator.progress_line import log_progress
+from fedfair.runtime.aggregator.progress_line import report_progress
 from fedfair.runtime.aggregator.round_identities import RoundIdentities, aggregator_setup, relayed_identities
 from fedfair.runtime.contract import (
     ACCEPTED,
@@ -214,7 +214,7 @@ class SumDriver:
             ready=ready,
             timing=timing,
         )
-        self.board.wait_stage(partial(log_progress, self.settings.secure))
+        self.board.wait_stage(partial(report_progress, self.settings.secure, self.board.events))
         self.gate.close()
         uploaded, received = self.board.close_stage()
         if self.board.closed:

@@ -379,6 +379,7 @@ class RoundLoop:
             logger.warning("round %d aborted, model unchanged: %s", round_number, error, extra=extra)
             if isinstance(error, RoundAbortedError):
                 self._exclude(round_number, error.culprits, record)
+            self._set_aside_silent(round_number)
             # Noised inputs are each one round's (the sites train afresh on the same model): nothing to bind.
             if self.driver.bound_inputs and not self.plan.privacy.distributed:
                 self.bound.note(round_number, self.driver.bound_inputs, str(error))
@@ -415,6 +416,28 @@ class RoundLoop:
             extra=per_round(round_number, self.plan.training.rounds),
         )
         return record
+
+    def _set_aside_silent(self, round_number: int) -> None:
+        """After an aborted round, count the sites it waited for in vain, their streams still open, as absent.
+
+        A frozen or hung process keeps its connection: taken into the next round, it would abort that one too at
+        its timeout, so one outage would cost two rounds. Absent, it is waited for as the quorum is (up to the round
+        timeout), and is back as soon as it makes a call (:meth:`Board.unanswered <.board.Board.unanswered>`).
+        """
+        if self.driver.grace.round != round_number:
+            return  # it aborted before its sum began (a voided round's survivors missing): nobody was waited for
+        never = {
+            peer for answers in self.driver.answers.values() for peer, seconds in answers.items() if seconds is None
+        }
+        silent = self.network.board.unanswered(never)
+        if silent:
+            logger.warning(
+                "round %d: %s never answered it though %s task stream is still open (a frozen, hung or swamped "
+                "process); counted absent from the next rounds until heard from again",
+                round_number,
+                ", ".join(sorted(silent)),
+                "its" if len(silent) == 1 else "their",
+            )
 
     def evaluate(self, round_number: int) -> dict[str, Any]:
         """Federated worst / best / mean test risk of the output model (theta-bar, c-bar), from secure sums.

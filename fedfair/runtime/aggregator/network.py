@@ -91,7 +91,7 @@ def serve(plan: AggregatorPlan, digest: str, address: str | None = None, events:
             "set [aggregator] name or issue the right certificate"
         )
     ca_certificate = pki.load_certificate(files.ca)
-    board = Board(digest)
+    board = Board(digest, events=events)
     gate = StageGate(plan.federation_id)
     gate.open(0, pb.STAGE_JOIN)
     # Under a manifest only the pinned certificate of each name gets in: one it no longer pins is revoked.

@@ -169,6 +169,7 @@ class Servicer(pb_grpc.FederationServicer):
     ) -> Reply:
         with self._refusals(rpc, context) as caller:
             caller.peer = self.admission.identify(context)
+            self.board.heard(caller.peer)
             return body(caller.peer, decoded(request), caller)
         raise AssertionError("unreachable: _refusals aborts the RPC (mypy cannot see that it never swallows)")
 
@@ -181,6 +182,7 @@ class Servicer(pb_grpc.FederationServicer):
     ) -> Iterator[Reply]:
         with self._refusals(rpc, context) as caller:
             caller.peer = self.admission.identify(context)
+            self.board.heard(caller.peer)
             yield from body(caller.peer, decoded(request), caller)
 
     # ------------------------------------------------------------ the RPCs

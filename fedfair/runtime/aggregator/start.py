@@ -8,14 +8,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.fairness import sums
 from fedfair.runtime.output_folder import ROUND_LOG_NAME
 from fedfair.runtime.aggregator.checkpoint import Checkpoint, load_checkpoint, trim_round_log
 from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.aggregator.lock import output_lock
 from fedfair.runtime.observe.federation_metrics import start_monitoring
-from fedfair.runtime.output_folder import BUNDLE_NAME
+from fedfair.runtime.output_folder import BUNDLE_NAME, CHECKPOINT_NAME
 from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.aggregator.network import Network, serve
@@ -25,6 +25,7 @@ from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, plan_content, p
 from fedfair.runtime.preprocessing import statistics_encoding
 from fedfair.runtime.report.page import refresh_report
 from fedfair.runtime.report.verdicts import progress_note
+from fedfair.runtime.stops import stop_name, stop_status
 from fedfair.secagg import check_no_wraparound
 
 logger = logging.getLogger("fedfair.aggregator")
@@ -166,12 +167,27 @@ def run_aggregator(
             loop.network.board.wait_until_alone(goodbye_seconds(size, len(plan.collaborators)))
             if monitor is not None:
                 monitor.final_scrape()
+        except FedfairError as error:
+            # Before the network stops: the streams its stop ends are not the sites' doing (fedfair status).
+            events.emit("stop", reason=str(error), status=2)
+            raise
+        except KeyboardInterrupt as stop:
+            events.emit("stop", reason=stopped_line(plan, stop), status=stop_status(stop))
+            raise
         finally:
             loop.network.stop()
             if monitor is not None:
                 monitor.stop()
     say_finished(plan, summary, report)
     return summary
+
+
+def stopped_line(plan: AggregatorPlan, stop: KeyboardInterrupt) -> str:
+    """The closing line of an aggregator an operator stopped (Ctrl-C, SIGTERM, ``fedfair stop``): how to go on."""
+    output = plan.aggregator.output
+    if (output / CHECKPOINT_NAME).exists():
+        return f"stopped by {stop_name(stop)}; the last checkpoint is in {output} (continue with --resume)"
+    return f"stopped by {stop_name(stop)} before the first round was checkpointed; start again without --resume"
 
 
 def say_finished(plan: AggregatorPlan, summary: dict[str, Any], report: Path | None) -> None:

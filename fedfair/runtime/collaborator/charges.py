@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import os
 from collections import Counter
@@ -24,6 +23,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fedfair.core.errors import ConfigError
+from fedfair.core.files import read_json
 from fedfair.privacy.distributed import Release, gaussian_release
 from fedfair.privacy.ledger import RESET, Charge, Ledger, data_digest, ledger_path
 from fedfair.privacy.ledger_home import (
@@ -364,9 +365,9 @@ def open_site_accountant(config: CollaboratorConfig, federation: str) -> tuple[P
     target = privacy_state_path(kept_in, config.name, identity)
     for path in [] if target.exists() else sorted(folder.glob(f"{config.name}.*.privacy.json")):
         try:
-            document = json.loads(path.read_bytes())
-        except (OSError, ValueError):
-            continue  # open_accountant names what is wrong with it
+            document = read_json(path, "")
+        except ConfigError:
+            continue  # open_accountant names what is wrong with it (a 100,000-deep file too, never a RecursionError)
         former = (
             document.get("data") if isinstance(document, dict) and document.get("version") == STATE_VERSION else None
         )

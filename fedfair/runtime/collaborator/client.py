@@ -27,7 +27,7 @@ from fedfair.core.errors import ConfigError, FailureError, PermanentFailureError
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.datasets.encoder import Encoder as TableEncoder
 from fedfair.runtime.collaborator import answers
-from fedfair.runtime.collaborator.charges import Charges
+from fedfair.runtime.collaborator.charges import Charges, open_ledger
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.connection import Connection
 from fedfair.runtime.collaborator.identity import check_identity
@@ -107,7 +107,7 @@ class Collaborator(TaskStream):
         retry: RetryPolicy | None = None,
         reset_state: bool = False,
     ) -> None:
-        """Check everything local (TLS files, manifest pin, data) before any connection.
+        """Check everything local (TLS files, manifest pin, data, the data's privacy ledger) before any connection.
 
         `retry` defaults to the config's [retry]; `reset_state` is the operator's word that a lost record of
         this federation (and its privacy budget) may start again. Raises PermanentFailureError with the fix.
@@ -120,6 +120,9 @@ class Collaborator(TaskStream):
         """The data as read before connecting; :meth:`setup` lets it go once it has cut this
         institution's part, so a process keeps only its own rows, not the whole dataset too."""
         check_pinned_table(config, self._table)
+        # The table against the privacy ledger it charged (the check `fedfair collaborator ledger` makes): a changed
+        # table is refused here with its one fix, not after joining with a record's.
+        open_ledger(config)
         stop = threading.Event()
         target = Target(config.aggregator, config.certificates, config.aggregator_name)
         backoff = Backoff(retry or config.retry, config.name, stop, target, self.identity.certified)

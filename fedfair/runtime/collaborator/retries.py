@@ -68,7 +68,7 @@ START_POLL_SECONDS = 1.0
 and a site started before its aggregator should join within about this long of it coming up."""
 
 START_LOG_SECONDS = 30.0
-"""While waiting for an aggregator never reached, a line goes to the log file at most this often."""
+"""While waiting for an aggregator never reached, it says what it tried this often (console and log file)."""
 
 CONFIRM_SECONDS = 0.5
 """Pause before dialling again to confirm that the aggregator closes connections after the handshake."""
@@ -90,7 +90,7 @@ class RetryPolicy:
     """
 
     max_wait_seconds: float = 900.0
-    start_wait_seconds: float = 300.0
+    start_wait_seconds: float = 60.0
     base_seconds: float = 0.5
     cap_seconds: float = 15.0
     attempts: int | None = None
@@ -338,14 +338,16 @@ class Backoff:
             )
         delay = self.random.uniform(0.5, 1.0) * min(START_POLL_SECONDS, policy.delay_bound(attempt))
         if attempt == 0 or elapsed >= self._next_start_line:
+            # On the console too: a wrong port is otherwise silent until the wait's end.
             self._next_start_line = elapsed + START_LOG_SECONDS
             logger.info(
-                "%s: no answer yet from the aggregator at %s (%s); trying every second, %.0f s in all",
+                "%s: no answer yet from the aggregator at %s after %.0f s (%s); trying every second, %.0f s in all "
+                "(then it stops: check the aggregator runs and [collaborator] aggregator names its host and port)",
                 self.name,
                 self.target.address,
+                elapsed,
                 str(failure).split(". Fix: ")[0],
                 policy.start_wait_seconds,
-                extra=LOG_FILE_ONLY if attempt else None,
             )
         self.pause(delay)
 

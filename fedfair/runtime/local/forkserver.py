@@ -25,11 +25,15 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 _MESSAGE_BYTES = 1 << 20
 """The largest request: a command line and an environment."""
+
+STOP_GRACE_SECONDS = 5.0
+"""How long a party stopped with SIGTERM may take to close up (its closing line) before it is killed."""
 
 _IMPORT_SECONDS = 120.0
 """How long the forkserver may take to import before it is declined (launch's own start-up bound)."""
@@ -82,7 +86,8 @@ def serve(sock: socket.socket) -> None:
                 os.read(woken, 4096)
                 continue
             data, fds, _, _ = socket.recv_fds(sock, _MESSAGE_BYTES, 1)
-            if not data:  # the launcher is gone
+            if not data:  # the launcher is gone (or stops): its parties go too, any it lost track of included
+                _stop(running)
                 _reap(sock, running, block=True)
                 return
             request = json.loads(data)
@@ -99,6 +104,37 @@ def serve(sock: socket.socket) -> None:
             running.add(pid)
             _send(sock, {"started": pid})
         _reap(sock, running, block=False)
+
+
+def _stop(running: set[int], grace: float = STOP_GRACE_SECONDS) -> None:
+    """SIGTERM to every party still running, then SIGKILL to any still running `grace` s later (not reaped here).
+
+    A launcher stops its parties itself before it stops this server; one still running then is one it never
+    learnt of (a Ctrl-C between the fork and the launcher's record of it), which would otherwise run on, and
+    hold the launcher's exit, until its own timeouts ended it.
+    """
+    for pid in running:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_running(pid) for pid in running):
+        time.sleep(0.05)
+    for pid in running:
+        _signal(pid, signal.SIGKILL)
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass  # it exited: a zombie still takes signals, so only one already reaped is missing
+
+
+def _running(pid: int) -> bool:
+    """Whether the party `pid` has not exited (a zombie, exited but not reaped, has)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+    except ChildProcessError:
+        return False
 
 
 def _reap(sock: socket.socket, running: set[int], *, block: bool) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -17,7 +16,6 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
 from fedfair.core.errors import ConfigError, FedfairError
@@ -27,12 +25,14 @@ from fedfair.runtime.local.processes import (
     start_aggregator,
     start_auditor,
     start_collaborator,
+    stop_all,
     supervise,
 )
 from fedfair.runtime.local.builtin import SPLITS, builtin_workspace, check_sites, rehearsal_ledgers
 from fedfair.runtime.local.console import closing_lines, describe_privacy
 from fedfair.runtime.observe.progress import Progress
 from fedfair.runtime.output_folder import COMPARISON_NAME, FINAL_SUMMARY_NAME
+from fedfair.runtime.stops import stop_on_signals
 
 if TYPE_CHECKING:
     from fedfair.runtime.local.workspace import Workspace
@@ -71,29 +71,6 @@ def launch_folder(workdir: str | None, keep: bool | None) -> Iterator[Path]:
     finally:
         if keep is False or (keep is None and not finished):
             shutil.rmtree(root, ignore_errors=True)
-
-
-@contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """Turn SIGTERM and SIGINT into a KeyboardInterrupt while launch runs.
-
-    So launch stops its children and cleans up instead of dying on the spot or going on. SIGINT is set
-    outright because a process started in the background by a non-interactive shell inherits it ignored,
-    and Python then never raises KeyboardInterrupt (only the main thread can set a handler).
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = {stop: signal.signal(stop, interrupt) for stop in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for stop, handler in previous.items():
-            signal.signal(stop, handler)
 
 
 def remove_ca_key(certs: Path) -> None:
@@ -142,6 +119,7 @@ def print_failures(children: list[Child], logs: Path) -> None:
 
 def run_launch(args: argparse.Namespace, comparison: Comparison | None = None) -> int:
     """Check the split, then `federate` in `--workdir` or a temporary folder, kept when the run finishes unless `--no-keep`."""
+    started = time.perf_counter()  # what the operator waits for starts here: "Finished in" counts it all
     if args.csv and args.label is None:
         raise ConfigError("--csv needs --label COLUMN, the label column every table holds")
     if args.label is not None and not args.csv:
@@ -157,7 +135,8 @@ def run_launch(args: argparse.Namespace, comparison: Comparison | None = None) -
     with stop_on_signals(), launch_folder(args.workdir, args.keep) as root:
         if not args.csv:
             rehearsal_ledgers(root)
-        return federate(args, root, kept=args.workdir is not None or args.keep is not False, comparison=comparison)
+        kept = args.workdir is not None or args.keep is not False
+        return federate(args, root, kept=kept, comparison=comparison, started=started)
 
 
 def launch_workspace(args: argparse.Namespace, root: Path) -> tuple[Workspace, str]:
@@ -182,7 +161,14 @@ def bound_words(plan: AggregatorPlan) -> tuple[str, ...]:
     return (f"input bound on: every site proves each update within its bound to the aggregator and {secure.auditor}",)
 
 
-def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, comparison: Comparison | None = None) -> int:
+def federate(
+    args: argparse.Namespace,
+    root: Path,
+    *,
+    kept: bool = True,
+    comparison: Comparison | None = None,
+    started: float | None = None,
+) -> int:
     """Write the workspace under `root`, run the federation, print the closing console last.
 
     The console stays short: two lines about the federation, a progress bar (round, ETA, the latest
@@ -190,10 +176,12 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, compari
     reports (headline first), what the federation itself saw, and where the report is (when `kept`).
     Each process's log goes to a file in ``root/logs``; a process that fails has its last lines printed.
     With ``args.csv`` the institutions are those tables, set up as ``fedfair init`` and its README would
-    (:mod:`fedfair.runtime.local.rehearsal`).
+    (:mod:`fedfair.runtime.local.rehearsal`). "Finished in" is the wall time since `started` (the command's
+    start, on ``time.perf_counter``'s clock; default: this call's): everything the operator waited for.
     """
     from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 
+    started = time.perf_counter() if started is None else started
     workspace, holding = launch_workspace(args, root)
     names = list(workspace.configs)
     plan = load_aggregator_plan(workspace.plan)
@@ -211,7 +199,6 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, compari
     ):
         print(f"fedfair launch: {line}", flush=True)
     children: list[Child] = []
-    started = time.perf_counter()
     ended = threading.Event()
     logs = root / "logs"
     logs.mkdir(exist_ok=True)
@@ -230,8 +217,7 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, compari
             supervise(aggregator, children[1:], ended, tick=lambda: shown.update(*rounds_done(workspace)))
         except BaseException:
             # The children run in their own sessions (a Ctrl-C here does not reach them): stop them all.
-            for child in children:
-                child.kill()
+            stop_all(children)
             print_failures(children, logs)
             raise
         shown.update(*rounds_done(workspace))
@@ -239,7 +225,6 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, compari
     report = summary.get("evaluation") or {}
     if report.get("status") != "done":
         raise FedfairError("the federation finished without a final evaluation; see the aggregator's log")
-    seconds = time.perf_counter() - started
     exact = None if comparison is None else comparison.reports(workspace, plan)
     # Kept beside the report, so the comparison can be read back as the console printed it.
     comparison_file = {"rho": plan.objective.rho, "exact": exact, "private": report}
@@ -248,6 +233,8 @@ def federate(args: argparse.Namespace, root: Path, *, kept: bool = True, compari
         from fedfair.runtime.report.page import refresh_report
 
         refresh_report(workspace.output)  # the aggregator drew it before the comparison existed
+    # The wall time the operator waited: the workspace, the federation, the comparison and the report.
+    seconds = time.perf_counter() - started
     print()
     lines = closing_lines(
         report,

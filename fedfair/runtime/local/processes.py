@@ -6,11 +6,12 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Protocol
 
 from fedfair.core.errors import FedfairError
-from fedfair.runtime.local.forkserver import shared_forkserver
+from fedfair.runtime.local.forkserver import STOP_GRACE_SECONDS, shared_forkserver
 
 if TYPE_CHECKING:  # the workspace module reads plans (pandas): `fedfair launch --help` need not
     from fedfair.runtime.local.workspace import Workspace
@@ -151,15 +152,25 @@ class Child:
         return code
 
     def kill(self) -> None:
-        """Stop it: SIGTERM, then SIGKILL if it does not go within a few seconds."""
-        if self.process.poll() is not None:
-            return
-        self.process.terminate()
+        """Stop it: SIGTERM, then SIGKILL if it does not go within :data:`STOP_GRACE_SECONDS` (:func:`stop_all`)."""
+        stop_all([self])
+
+
+def stop_all(children: Sequence[Child], grace: float = STOP_GRACE_SECONDS) -> None:
+    """Stop `children` together: SIGTERM to each at once, then SIGKILL to any still running `grace` s later.
+
+    Together, so that stopping a federation takes one grace, not one per process in turn (three took 25 s).
+    """
+    running = [child for child in children if child.process.poll() is None]
+    for child in running:
+        child.process.terminate()
+    deadline = time.monotonic() + grace
+    for child in running:
         try:
-            self.process.wait(timeout=5)
+            child.process.wait(timeout=max(deadline - time.monotonic(), 0.0))
         except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+            child.process.kill()
+            child.process.wait()
 
 
 def start_aggregator(

@@ -32,10 +32,13 @@ EVENTS: dict[str, tuple[tuple[str, ...], str]] = {
     "connect": (("name",), "a collaborator opened its task stream (rate-limited per peer, like the log)"),
     "disconnect": (("name",), "a collaborator's last task stream ended"),
     "waiting": (
-        ("round", "goal", "connected", "eligible", "missing", "seconds_left"),
-        "the aggregator waits for collaborators before a round, naming who is missing (every 10 s while it waits; "
-        "seconds_left null: no deadline)",
+        ("round", "goal", "connected", "eligible", "missing", "seconds_left", "stage"),
+        "the aggregator waits for collaborators, naming who is missing (every 10 s while it waits; seconds_left "
+        "null: no deadline): before a round for `goal` (the quorum, everyone, the auditor), `connected` of "
+        "`eligible` there; or at the round's `stage` for its uploads (`goal`: key advertisements, masked inputs, "
+        "...), `connected` of `eligible` answered",
     ),
+    "waited": (("round", "goal"), "a stage's wait that a `waiting` event named is over (the stage settled or closed)"),
     "round_start": (("round", "participants"), "a round starts with these collaborators: any wait before it is over"),
     "statistics": (("contributors", "rows", "features"), "the statistics aggregation (round 0) made the encoder"),
     "status": (("round", "name", "status", "epsilon"), "a collaborator reported its privacy spent or budget spent"),
@@ -57,6 +60,11 @@ EVENTS: dict[str, tuple[tuple[str, ...], str]] = {
         "a round finished (applied or aborted): stage seconds, bytes received, the latest estimate, shared epsilons",
     ),
     "finish": (("rounds", "output"), "the last round is done and the final model exported"),
+    "stop": (
+        ("reason", "status"),
+        "the aggregator stopped before its last round: why (the error line with its fix, or the signal that "
+        "stopped it) and its exit status",
+    ),
 }
 """Each event kind: the fields it may carry beside ``event`` and ``time``, and what it means.
 

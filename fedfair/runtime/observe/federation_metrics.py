@@ -47,7 +47,16 @@ FAMILIES: dict[str, tuple[str, str]] = {
         "times the site dropped out: rounds it took part in without its input in the sum, or a task stream lost "
         "mid-run, by site",
     ),
-    "fedfair_waiting_for": ("gauge", "1 for a site the aggregator waits for before its next round, else 0, by site"),
+    "fedfair_waiting_for": (
+        "gauge",
+        "1 for a site the aggregator waits for now (before a round, or at one of its stages), else 0, by site",
+    ),
+    "fedfair_waiting_stage": (
+        "gauge",
+        "1 for what the aggregator waits for now, by stage: a stage's uploads (key advertisements, masked inputs, "
+        "...) or, before a round, the quorum, everyone or the auditor",
+    ),
+    "fedfair_waiting_seconds_left": ("gauge", "seconds until the aggregator gives up its wait now (no sample: none)"),
     "fedfair_site_excluded": ("gauge", "1 for a site excluded for misbehaving and not re-admitted, by site"),
     "fedfair_site_epsilon_shared": ("gauge", "the cumulative epsilon a site last shared (share_epsilon), by site"),
     "fedfair_estimate_round": ("gauge", "the round of the latest federated evaluation"),
@@ -128,6 +137,14 @@ def families(state: FederationState) -> Iterator[Any]:
         last_stages.add_metric([stage], seconds)
     yield stages
     yield last_stages
+    # Served while nothing is waited for too, without a sample: a scrape then shows the family, and no stale wait.
+    waiting, left = _family("fedfair_waiting_stage", ("stage",)), _family("fedfair_waiting_seconds_left")
+    if state.waiting is not None:
+        waiting.add_metric([state.waiting.goal], 1.0)
+        if state.waiting.seconds_left is not None:
+            left.add_metric([], state.waiting.seconds_left)
+    yield waiting
+    yield left
     yield from _site_families(state)
 
 

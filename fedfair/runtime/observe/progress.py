@@ -14,16 +14,54 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Never, Self, TextIO
 
 from tqdm import tqdm
+
+from fedfair.runtime.report.verdicts import LINE
 
 PLAIN_STEPS = 10
 """Piped output prints a line each time another 1/PLAIN_STEPS of the work is done."""
 
 PLAIN_INTERVAL_SECONDS = 30.0
 """... and at least this often while the work is slow, so a log shows it is alive."""
+
+
+LINE_WIDTH = LINE
+"""The longest plain progress line (the longest line for people, :data:`~fedfair.runtime.report.verdicts.LINE`)."""
+
+
+def fitted(heads: Sequence[str], note: str, width: int) -> str:
+    """A line of at most `width` characters: the first of `heads` (fullest first) that fits with the whole `note`.
+
+    Failing that, the last (shortest) head with as many of the note's leading clauses as fit (a clause ends at a
+    comma outside parentheses, so "worst-group risk 0.83 (95% interval 0.78 to 0.91, round 120)" stays whole);
+    failing that, the head alone.
+    """
+    for head in heads:
+        line = f"{head}, {note}" if note else head
+        if len(line) <= width:
+            return line
+    head, kept = heads[-1], ""
+    for clause in clauses(note):
+        longer = f"{kept}, {clause}" if kept else clause
+        if len(head) + 2 + len(longer) > width:
+            break
+        kept = longer
+    return f"{head}, {kept}" if kept else head
+
+
+def clauses(text: str) -> list[str]:
+    """`text` cut at each ", " outside parentheses."""
+    found, depth, start = [], 0, 0
+    for index, character in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(character, 0)
+        if depth == 0 and text.startswith(", ", index):
+            found.append(text[start:index])
+            start = index + 2
+    return [*found, text[start:]] if text else []
 
 
 def format_duration(seconds: float) -> str:
@@ -115,18 +153,24 @@ class Progress:
         self.stream.flush()
 
     def line(self, now: float, note: str = "") -> str:
-        """The plain progress line: count, percentage, elapsed, ETA (or the total time when done)."""
+        """The plain progress line: count, percentage, elapsed, ETA (or the total time when done), and `note`.
+
+        At most :data:`LINE_WIDTH` characters: a longer one says less (:func:`fitted`), as a log or a terminal of
+        80 to 120 columns would otherwise wrap it.
+        """
         elapsed = now - self.started
         percent = 100.0 * self.done / self.total if self.total else 100.0
+        counted = f"{self.label}: {self.done}/{self.total} {self.unit}s ({percent:.0f}%)"
         if self.done >= self.total:
-            timing = f"done in {format_duration(elapsed)}"
-        elif self.done == 0:
-            timing = f"{format_duration(elapsed)} elapsed, ETA unknown"
+            timings = [f"done in {format_duration(elapsed)}"]
         else:
-            remaining = self.seconds_per_unit(now) * (self.total - self.done)
-            timing = f"{format_duration(elapsed)} elapsed, ETA {format_duration(remaining)}"
-        text = f"{self.label}: {self.done}/{self.total} {self.unit}s ({percent:.0f}%), {timing}"
-        return f"{text}, {note}" if note else text
+            eta = (
+                "ETA unknown"
+                if self.done == 0
+                else f"ETA {format_duration(self.seconds_per_unit(now) * (self.total - self.done))}"
+            )
+            timings = [f"{format_duration(elapsed)} elapsed, {eta}", eta]
+        return fitted([f"{counted}, {timing}" for timing in timings], note, LINE_WIDTH)
 
     def seconds_per_unit(self, now: float) -> float:
         """Time per unit since the first one finished (from the start while only one has)."""

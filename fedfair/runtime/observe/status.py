@@ -53,25 +53,49 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Waiting:
-    """What a running aggregator waits for before round `round`: its latest ``waiting`` event, brought to now."""
+    """What a running aggregator waits for, before round `round` or at one of its stages, brought to now.
+
+    Its latest ``waiting`` event, its seconds left counted down since it was written.
+    """
 
     round: int
     goal: str
-    """"the quorum" or "everyone" (the first round of a process waits for everyone it can)."""
+    """Before a round: "the quorum", "everyone" (the first round of a process waits for everyone it can), "the
+    auditor" or a voided round's survivors; at a stage: its uploads ("key advertisements", "masked inputs")."""
     connected: int
+    """Of the `eligible`: how many are connected (before a round) or have answered (at a stage)."""
     eligible: int
     missing: tuple[str, ...]
     seconds_left: float | None
     """Seconds until it gives up waiting, now (None: no deadline)."""
     since: float
     """When it began naming these sites (Unix time)."""
+    stage: str | None = None
+    """The stage whose uploads it waits for ("STAGE_ADVERTISE_KEYS"); None: it waits before the round."""
+    silent: tuple[str, ...] = ()
+    """The `missing` whose task stream is still open: connected, yet not answering (frozen, hung or slow; before a
+    round, one an aborted round waited for in vain). The others' streams ended (stopped, killed, cut off)."""
 
     def line(self) -> str:
-        """The one form every view shows: "waiting for the quorum: missing site-3, 290 s left (...)"."""
+        """The one form every view shows.
+
+        "waiting for the quorum: missing site-3, 290 s left (...)" before a round; "round 62: waiting for
+        hospital-c's key advertisements, 50 s left (2 of 3 answered; hospital-c connected but not answering)"
+        at a stage.
+        """
         left = "no deadline" if self.seconds_left is None else f"{self.seconds_left:.0f} s left"
+        if self.stage is None:
+            silent = f"; {', '.join(self.silent)} connected but not answering" if self.silent else ""
+            return (
+                f"waiting for {self.goal}: missing {', '.join(self.missing)}, {left} "
+                f"({self.connected} of {self.eligible} connected, before round {self.round}{silent})"
+            )
+        gone = [name for name in self.missing if name not in self.silent]
+        how = [f"{', '.join(self.silent)} connected but not answering"] if self.silent else []
+        how += [f"{', '.join(gone)} disconnected"] if gone else []
         return (
-            f"waiting for {self.goal}: missing {', '.join(self.missing)}, {left} "
-            f"({self.connected} of {self.eligible} connected, before round {self.round})"
+            f"round {self.round}: waiting for {', '.join(self.missing)}'s {self.goal}, {left} "
+            f"({self.connected} of {self.eligible} answered; {'; '.join(how)})"
         )
 
 
@@ -105,6 +129,11 @@ class FederationState:
     running: bool = False
     """A ``start`` with no ``finish`` after it, and its process is alive on this machine."""
     finished: bool = False
+    stopped: str | None = None
+    """Why the aggregator stopped before its last round (the error line with its fix, or the signal), from its
+    ``stop`` event; None while it runs, once it finished, or when it was killed without a word."""
+    exit_status: int | None = None
+    """The exit status it stopped with (None: see `stopped`)."""
     started: float | None = None
     updated: float | None = None
     """The time of the latest event."""
@@ -189,13 +218,17 @@ def _lost_streams(
     A ``disconnect`` between a ``start`` and its ``finish`` is settled at the next ``round`` event: nothing more if
     that round counts the site dropped (already a dropout) or holds its input (it came back in time); a dropout
     otherwise (it missed the round, or the round aborted). One still unsettled counts too while the aggregator
-    runs (it goes on without the site); when its process is gone, its own end closed the streams.
+    runs (it goes on without the site), and at a ``stop`` (the run stopped without it); when its process is
+    gone without one, its own end closed the streams.
     """
     lost: dict[str, int] = {}
     unsettled: set[str] = set()
     for event in events:
         kind = event.get("event")
-        if kind in ("start", "finish"):
+        if kind == "stop":
+            for name in unsettled:
+                lost[name] = lost.get(name, 0) + 1
+        if kind in ("start", "finish", "stop"):
             unsettled = set()
         elif kind == "disconnect":
             unsettled.add(str(event.get("name")))
@@ -210,8 +243,11 @@ def _lost_streams(
     return lost
 
 
-def _waiting(events: list[dict[str, Any]]) -> Waiting | None:
-    """The wait the latest events leave open (a ``waiting`` event no round, start or finish followed), to now."""
+def _waiting(events: list[dict[str, Any]], connected: set[str]) -> Waiting | None:
+    """The wait the latest events leave open (a ``waiting`` event no round, start or finish followed), to now.
+
+    A wait names as silent its missing sites `connected` holds (a task stream open now).
+    """
     latest: dict[str, Any] | None = None
     since = 0.0
     for event in events:
@@ -223,10 +259,12 @@ def _waiting(events: list[dict[str, Any]]) -> Waiting | None:
             )
             since = since if same else float(event.get("time") or 0.0)
             latest = event
-        elif kind in ("round_start", "round", "start", "finish"):
+        elif kind in ("round_start", "round", "start", "finish", "waited"):
             latest = None
     if latest is None:
         return None
+    missing = tuple(str(name) for name in latest.get("missing") or ())
+    stage = latest.get("stage")
     left = latest.get("seconds_left")
     if isinstance(left, (int, float)):
         left = max(float(left) - (time.time() - float(latest.get("time") or 0.0)), 0.0)
@@ -235,9 +273,11 @@ def _waiting(events: list[dict[str, Any]]) -> Waiting | None:
         goal=str(latest.get("goal")),
         connected=int(latest.get("connected") or 0),
         eligible=int(latest.get("eligible") or 0),
-        missing=tuple(str(name) for name in latest.get("missing") or ()),
+        missing=missing,
         seconds_left=left,
         since=since,
+        stage=None if stage is None else str(stage),
+        silent=tuple(name for name in missing if name in connected),
     )
 
 
@@ -255,13 +295,16 @@ def federation_state(folder: Path) -> FederationState:
     events, records = _lines(folder / EVENTS_NAME), _lines(folder / ROUND_LOG_NAME)
     run = Run(folder, records, events)
     start: dict[str, Any] = {}
+    stop: dict[str, Any] = {}
     finished, monitoring, connected = False, None, set[str]()
     for event in events:
         kind = event.get("event")
         if kind == "start":
-            start, finished, monitoring, connected = event, False, None, set()
+            start, stop, finished, monitoring, connected = event, {}, False, None, set()
         elif kind == "finish":
             finished = True
+        elif kind == "stop":
+            stop = event
         elif kind == "monitoring":
             monitoring = event.get("url")
         elif kind == "connect":
@@ -298,7 +341,7 @@ def federation_state(folder: Path) -> FederationState:
     last, last_cells = matrix[-1] if matrix else ({}, {})
     held = {str(name): float(seconds) for name, seconds in (last.get("held_up_by") or {}).items()}
     pid = start.get("pid")
-    running = bool(start) and not finished and _alive(pid)
+    running = bool(start) and not finished and not stop and _alive(pid)
     lost = _lost_streams(events, by_round, running=running)
     sites = {
         name: Site(
@@ -320,6 +363,8 @@ def federation_state(folder: Path) -> FederationState:
         pid=pid,
         running=running,
         finished=finished,
+        stopped=None if not stop else str(stop.get("reason")),
+        exit_status=stop.get("status"),
         started=start.get("time"),
         updated=events[-1].get("time") if events else None,
         monitoring_url=monitoring,
@@ -338,5 +383,5 @@ def federation_state(folder: Path) -> FederationState:
         estimate=estimate,
         sites=sites,
         excluded=excluded,
-        waiting=_waiting(events) if running else None,
+        waiting=_waiting(events, connected) if running else None,
     )

@@ -56,6 +56,8 @@ def status_page(state: FederationState) -> str:
     ]
     if state.waiting is not None:
         lines.append(f'<p id="waiting" class="waiting">{escape(state.waiting.line())}</p>')
+    if state.stopped is not None:
+        lines.append(f'<p id="stopped" class="waiting">stopped (exit {state.exit_status}): {escape(state.stopped)}</p>')
     lines += _estimate(state)
     lines += _last_round(state)
     lines += _sites(state)

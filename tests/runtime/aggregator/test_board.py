@@ -274,7 +274,35 @@ def test_a_waiting_stage_reports_who_answered_and_who_it_waits_for_at_a_steady_c
     time.sleep(0.35)
     board.deliver("site-c", ADVERTISE, b"key")
     assert settles(waiter)
-    assert 2 <= len(reports) <= 5
-    last = reports[-1]
+    *waits, over = reports  # the wait it reported ends with one report that awaits nobody
+    assert 2 <= len(waits) <= 5
+    last = waits[-1]
     assert (last.binding, last.answered, last.expected, last.waiting_for) == (ADVERTISE, 1, 3, ("site-c",))
     assert 590 < last.seconds_left < 600
+    assert (over.binding, over.answered, over.expected, over.waiting_for) == (ADVERTISE, 2, 3, ())
+
+
+def test_a_stage_settled_before_its_first_report_reports_nothing() -> None:
+    board = board_with_stage(lambda peer, payload: None)
+    reports: list[StageProgress] = []
+    waiter = threading.Thread(target=board.wait_stage, args=(reports.append, 10.0), daemon=True)
+    waiter.start()
+    for site in ("site-a", "site-b", "site-c"):
+        board.deliver(site, ADVERTISE, b"key")
+    assert settles(waiter) and reports == []
+
+
+def test_a_site_an_aborted_round_waited_for_in_vain_is_absent_until_heard_from() -> None:
+    board = board_with_stage(lambda peer, payload: None)
+    board.disconnect("site-b")  # departed during the round: its stream ended, nothing to set aside
+    assert board.unanswered(["site-b", "site-c"]) == {"site-c"}
+    assert board.connected() == {"site-a"}
+    assert board.wait_for_connected(2, 0.05) == {"site-a"}  # the quorum wait does not count it
+    waiter = threading.Thread(target=board.wait_for_connected, args=(2, 30.0))
+    waiter.start()
+    board.heard("site-c")  # any call of its brings it back, and wakes the wait
+    waiter.join(10.0)
+    assert not waiter.is_alive() and board.connected() == {"site-a", "site-c"}
+    board.unanswered(["site-c"])
+    board.connect("site-c", make_binding("f", 1, pb.STAGE_JOIN))  # so does a new task stream
+    assert board.connected() == {"site-a", "site-c"}

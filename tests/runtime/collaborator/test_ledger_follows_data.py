@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -484,3 +485,20 @@ def test_sites_drawing_the_folders_key_at_once_share_one(tmp_path: Path) -> None
             keys = list(pool.map(people_key, [folder] * 8))
             assert len(set(keys)) == 1 and keys[0] == (folder / KEY_FILE).read_bytes()
             assert [path.name for path in folder.iterdir()] == [KEY_FILE]  # no temporary file left
+
+
+def test_a_table_of_other_people_is_refused_before_the_collaborator_dials_with_the_ledgers_one_fix(
+    site: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`collaborator start` makes the check `collaborator ledger` makes, before it connects: one message, the table's
+    fix (put it back, or reset the ledger), never the record's ("local-bindings ... restore ... from a backup"), and
+    at once (its aggregator's address answers nothing: a dial would wait for it)."""
+    _charge(site, 1)
+    adult_raw_table().iloc[300:600].to_csv(site.parent / "table.csv", index=False)  # no row in common: other people
+    began = time.monotonic()
+    assert cli_main(["collaborator", "start", "--config", str(site)]) == 2
+    assert time.monotonic() - began < 60.0  # no wait for an aggregator: [retry] start_wait_seconds is 300
+    captured = capsys.readouterr()
+    (line,) = [line for line in captured.err.splitlines() if line.startswith("fedfair: error:")]
+    assert "shares no row with the one [data] names now" in line and "reset-ledger" in line, line
+    assert "local-bindings" not in captured.err and "connecting to the aggregator" not in captured.err + captured.out

@@ -35,7 +35,7 @@ from fedfair.runtime.failures import (
     NAME_NOT_ALLOWED,
 )
 from fedfair.runtime.local.workspace import Workspace, toml_text
-from fedfair.runtime.observe.logs import Console
+from fedfair.runtime.observe.logs import ROUTINE, Console
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from fedfair.runtime.transport import TlsFiles
 from tests.runtime.harness import eventually, new_workspace
@@ -221,7 +221,7 @@ def test_a_site_started_first_waits_in_one_line_polls_every_second_at_most_and_j
     assert joined and 0 < max(pauses) <= START_POLL_SECONDS, pauses
     waits = [r for r in caplog.records if "no answer yet from the aggregator" in r.getMessage()]
     assert len(waits) == 1 and waits[0].levelno == logging.INFO, [r.getMessage() for r in waits]
-    assert "connection refused" in waits[0].getMessage() and "300 s in all" in waits[0].getMessage()
+    assert "connection refused" in waits[0].getMessage() and "60 s in all" in waits[0].getMessage()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "aggregator" in r.getMessage()]
     assert not thread.is_alive()
 
@@ -275,3 +275,28 @@ def test_an_aggregator_that_is_starting_costs_the_console_one_line(tmp_path: Pat
         == [line for line in lines if "still not up; retry 5 in" in line]
         != []
     )
+
+
+@pytest.mark.slow
+def test_a_wrong_port_says_what_it_tried_every_30_s_and_stops_within_a_minute_with_its_fix(
+    tmp_path: Path, caplog: pytest.CaptureFixture[str]
+) -> None:
+    """The default [retry]: a port nobody serves (the aggregator's, with no aggregator on it) is named on the
+    console at once and again every 30 s, and the collaborator stops after 60 s with aggregator-never-answered and
+    its fix: before any round, and not five silent minutes later."""
+    workspace = new_workspace(tmp_path, NAMES)
+    config = load_collaborator_config(workspace.configs["site-a"])
+    assert config.retry.start_wait_seconds == 60.0
+    collaborator = Collaborator(config)
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="fedfair.collaborator"), pytest.raises(PermanentFailureError) as caught:
+        collaborator.run()
+    took = time.monotonic() - started
+    assert 60.0 <= took < 60.0 + 15.0, took  # the stated wait, and the last try's dial and pause at most
+    said = [r for r in caplog.records if "no answer yet from the aggregator" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.INFO] * 2 and all("connection refused" in r.getMessage() for r in said)
+    assert "after 0 s" in said[0].getMessage() and "after 30 s" in said[1].getMessage()
+    assert not any(getattr(r, ROUTINE, False) for r in said)  # each reaches the console, not only the log file
+    message = str(caught.value)
+    assert message.startswith(f"aggregator-never-answered: nothing answered at {workspace.address} for 6")
+    assert "[collaborator] aggregator names its host and port" in message

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def test_a_party_runs_fedfair_with_its_own_environment_directory_and_status(
     assert party.args == ["fedfair", "aggregator", "start", "--plan", "missing.toml"]
 
 
-def test_a_party_has_its_own_session_and_dies_of_the_signal_it_is_sent(forkserver: ForkServer, tmp_path: Path) -> None:
+def test_a_party_has_its_own_session_and_stops_on_the_signal_it_is_sent(forkserver: ForkServer, tmp_path: Path) -> None:
     workspace = make_workspace(tmp_path, ["site-a", "site-b"])  # nobody serves its aggregator's address
     # A collaborator whose aggregator never answers waits (minutes) until it is stopped.
     party = forkserver.spawn(
@@ -53,7 +54,7 @@ def test_a_party_has_its_own_session_and_dies_of_the_signal_it_is_sent(forkserve
     assert party.pid not in (os.getpid(), forkserver.process.pid) and party.poll() is None
     assert os.getsid(party.pid) == party.pid  # a session of its own, as start_new_session gives
     party.terminate()
-    assert party.wait(60) == -signal.SIGTERM
+    assert party.wait(60) == 128 + signal.SIGTERM  # a stop as at Ctrl-C: its closing line, then status 143
     with pytest.raises(subprocess.TimeoutExpired):
         ForkedProcess(0, ["never"]).wait(0.01)
 
@@ -91,3 +92,17 @@ def test_signalling_a_party_reaped_before_its_status_arrives_is_no_error() -> No
     party.terminate()
     party.kill()
     assert party.poll() is None  # its status is still the forkserver's to report
+
+
+def test_a_party_still_running_when_its_forkserver_stops_is_stopped_too(tmp_path: Path) -> None:
+    """A launcher stops its parties before its forkserver; one it lost track of (a Ctrl-C between the fork and its
+    record) ran on for its own timeouts and held the launcher's exit: the forkserver stops it (SIGTERM)."""
+    server = ForkServer(child_environment())
+    assert server.ready
+    workspace = make_workspace(tmp_path, ["site-a", "site-b"])  # nobody serves its aggregator's address
+    party = server.spawn(["collaborator", "start", "--config", str(workspace.configs["site-a"])], child_environment())
+    assert party.stdout is not None and "waiting up to" in party.stdout.readline() + party.stdout.readline()
+    began = time.monotonic()
+    server.stop()
+    assert time.monotonic() - began < 30.0  # its stop, not the collaborator's 60 s wait for an aggregator
+    assert party.wait(10) == 128 + signal.SIGTERM and server.process.returncode == 0

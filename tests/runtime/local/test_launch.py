@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 from pathlib import Path
 
@@ -47,6 +48,7 @@ from fedfair.runtime.plan.template_base import Federation
 from fedfair.runtime.plan.templates import render_plan
 from tests.datasets.helpers import assert_exact_cover
 from tests.federations import adult_raw_table
+from tests.runtime.harness import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -144,19 +146,51 @@ def _launch(tmp_path: Path, *flags: str) -> subprocess.Popen[str]:
     )
 
 
+def _descendants(pid: int) -> set[int]:
+    """Every process below `pid` now (its children, theirs, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text() if entry.name.isdigit() else ""
+        except OSError:
+            continue  # it exited meanwhile
+        if stat:
+            children.setdefault(int(stat[stat.rindex(")") + 2 :].split()[1]), []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` is a process that still runs (a zombie awaiting its reaper does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
-def test_a_stopped_launch_leaves_no_folder_and_no_ca_key(tmp_path: Path, stop: signal.Signals) -> None:
+def test_a_stopped_launch_leaves_no_folder_no_ca_key_and_no_process(tmp_path: Path, stop: signal.Signals) -> None:
     process = _launch(tmp_path, "--rounds", "1000")
     assert process.stdout is not None
     first = process.stdout.readline()  # printed once the workspace is written
     if "workspace" not in first:  # it ended before: what it said is the diagnosis
         process.kill()
         pytest.fail(f"launch printed {first!r} first; its stderr: {process.communicate(timeout=60)[1][-3000:]}")
+    # Its parties: the aggregator and two sites (forked by its forkserver, or started on their own).
+    assert eventually(lambda: len(_descendants(process.pid)) >= 3, 120), _descendants(process.pid)
+    parties = _descendants(process.pid)
     process.send_signal(stop)
     _, errors = process.communicate(timeout=60)
-    assert process.returncode == 128 + signal.SIGINT
-    assert "interrupted; stopped every process" in errors
+    left = {pid for pid in parties if _alive(pid)}
+    assert not left, f"processes of the launch still run after it exited: {left}"
+    assert process.returncode == 128 + stop  # 130 after Ctrl-C, 143 after SIGTERM, as docs/operations.md says
+    assert f"stopped by {'Ctrl-C (SIGINT)' if stop == signal.SIGINT else 'SIGTERM'}; stopped every process" in errors
     assert not list(tmp_path.glob("fedfair-launch-*"))
 
 
@@ -218,8 +252,10 @@ def test_the_demo_plans_what_init_plans_and_reports_the_worst_off_groups_composi
 
     Piped, as here, the console shows round progress line by line (no carriage return) and stays quiet, and the
     finished run keeps its folder (without --keep: by default), less the CA key. One launch checks it all."""
+    began = time.monotonic()
     process = _launch(tmp_path, "--collaborators", "3", "--rounds", "3")
     output, errors = process.communicate(timeout=600)
+    waited = time.monotonic() - began
     assert process.returncode == 0, errors[-2000:]
     (kept,) = tmp_path.glob("fedfair-launch-*")
     assert f"fedfair launch: workspace {kept}" in output
@@ -233,7 +269,13 @@ def test_the_demo_plans_what_init_plans_and_reports_the_worst_off_groups_composi
     assert not (kept / "certs" / "ca.key").exists()
     # A quiet console that ends with the comparison: the processes' lines are in their log files.
     lines = (output + errors).splitlines()
-    assert len(lines) < 60 and not any(line.startswith("[") for line in lines), lines
+    assert len(lines) <= 30 and not any(line.startswith("[") for line in lines), lines
+    # None over 120 characters, progress lines included, but those that name this test's long temporary folder.
+    wide = [line for line in lines if len(line) > 120 and str(tmp_path) not in line]
+    assert not wide, wide
+    # "Finished in" is the wall time the operator waited: all of it but the interpreter's start and exit.
+    (finished,) = re.findall(r"^Finished in (\d+) s\.", output, re.MULTILINE)
+    assert waited - 15.0 <= int(finished) <= waited + 1.0, (finished, waited)
     assert output.rstrip().splitlines()[-2].startswith("Secure aggregation was ON")
     assert "[aggregator]" in (kept / "logs" / "aggregator.log").read_text()
     assert "Secure aggregation was ON" in output and "What the federation saw, its private estimate" in output

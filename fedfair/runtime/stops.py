@@ -1,0 +1,94 @@
+"""Stops by signal: SIGTERM is a stop like Ctrl-C, for the aggregator, a collaborator and ``launch``.
+
+systemd, Docker, ``timeout`` and ``fedfair stop`` send SIGTERM, which by default ends a Python process on the
+spot: no closing line, no goodbye to the aggregator, children left behind. Under :func:`stop_on_signals` both
+SIGTERM and SIGINT raise :class:`Stopped` (a KeyboardInterrupt, so every ``except KeyboardInterrupt`` that
+closes up after Ctrl-C closes up after SIGTERM too), and the process exits with :func:`stop_status`: 128 plus
+the signal's number, as a shell reports a process the signal ended (130 after Ctrl-C, 143 after SIGTERM).
+
+Why: docs/operations.md, "Stopping".
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+
+class Stopped(KeyboardInterrupt):
+    """The process was asked to stop by `signum` (SIGINT: Ctrl-C; SIGTERM: a service manager or ``fedfair stop``)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def stop_status(stop: KeyboardInterrupt) -> int:
+    """The exit status of a process `stop` ended: 128 + its signal (a bare KeyboardInterrupt is Ctrl-C's SIGINT)."""
+    return 128 + (stop.signum if isinstance(stop, Stopped) else signal.SIGINT)
+
+
+def stop_name(stop: KeyboardInterrupt) -> str:
+    """How the operator stopped the process, for its closing line: "Ctrl-C (SIGINT)" or "SIGTERM"."""
+    signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
+    return "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
+
+
+FORWARD_PAUSE_SECONDS = 0.5
+"""How long the forwarder waits for the main thread to act on a stop it forwarded before it forwards another."""
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Turn SIGTERM and SIGINT into :class:`Stopped` in the main thread while the block runs.
+
+    So a party stops its work and closes up instead of dying on the spot or going on. SIGINT is set
+    outright because a process started in the background by a non-interactive shell inherits it ignored,
+    and Python then never raises KeyboardInterrupt. Only the main thread can set a handler: elsewhere the
+    block runs with the handlers as they are.
+
+    A signal the kernel hands to another thread (gRPC's, a server's) would reach the main thread's handler only
+    when its current wait times out, up to 10 s later, past the 5 s a launcher or Docker grants a stop: a
+    forwarder thread, woken through the signal wakeup fd, sends it on to the main thread, whose wait it
+    interrupts. The first stop raises; a repeat (the forwarded copy, or a second Ctrl-C while it closes up) is
+    ignored, so the closing up is not cut short.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stopping = threading.Event()
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        if stopping.is_set():
+            return
+        stopping.set()
+        raise Stopped(signum)
+
+    main = threading.main_thread().ident
+    assert main is not None  # the main thread has started: this code runs in it
+    woken, wake = os.pipe()
+    os.set_blocking(wake, False)
+
+    def forward() -> None:
+        while data := os.read(woken, 64):
+            if not stopping.is_set() and any(signum in (signal.SIGINT, signal.SIGTERM) for signum in data):
+                signal.pthread_kill(main, signal.SIGTERM if signal.SIGTERM in data else signal.SIGINT)
+                stopping.wait(FORWARD_PAUSE_SECONDS)
+
+    previous = {stop: signal.signal(stop, interrupt) for stop in (signal.SIGTERM, signal.SIGINT)}
+    previous_fd = signal.set_wakeup_fd(wake, warn_on_full_buffer=False)
+    forwarder = threading.Thread(target=forward, name="stop-signals", daemon=True)
+    forwarder.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)
+        os.close(wake)  # the forwarder reads the end of the pipe and returns
+        forwarder.join(FORWARD_PAUSE_SECONDS * 2)
+        os.close(woken)
