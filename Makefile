@@ -7,7 +7,7 @@ PYTHON ?= python3.11
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.fedfair-installed
 
-.PHONY: setup wheel demo format lint types check api bytecode suite test test-fast test-studies bench clean
+.PHONY: setup wheel demo format lint types check api bytecode suite test test-fast test-studies test-flower bench clean
 
 # Test workers: the suite's processes and federations are independent, so two workers fill 2 cores.
 WORKERS ?= 2
@@ -99,6 +99,28 @@ test-fast: bytecode
 test-studies: bytecode
 	$(PY) -m pytest -q -n $(WORKERS) --dist worksteal -m study
 
+# fedfair.flower (the [flower] extra, docs/flower.md) needs Flower, which pins protobuf < 7 and ray 2.55.1 where
+# fedfair pins protobuf 7 (its generated wire code needs 7) and a newer ray: its tests run in an environment of
+# their own, made as a site makes it: the wheel installed with [flower] (pins: constraints-flower.txt), then this
+# tree over it, editable, so that the tests and Flower's worker processes run the checkout. Then mypy checks
+# fedfair.flower against Flower's own types, and tests/flower runs (the main suite skips it).
+FLOWER_VENV  ?= .venv-flower
+FLOWER_PY    := $(FLOWER_VENV)/bin/python
+FLOWER_STAMP := $(FLOWER_VENV)/.fedfair-installed
+VERSION       = $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' fedfair/__init__.py)
+
+$(FLOWER_STAMP): pyproject.toml constraints-flower.txt
+	$(MAKE) --no-print-directory wheel
+	test -x $(FLOWER_PY) || $(PYTHON) -m venv $(FLOWER_VENV)
+	$(FLOWER_PY) -m pip install --quiet --disable-pip-version-check -c constraints-flower.txt \
+	  "dist/fedfair_rcvar-$(VERSION)-py3-none-any.whl[flower]" pytest pytest-timeout hypothesis mypy
+	$(FLOWER_PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	touch $(FLOWER_STAMP)
+
+test-flower: $(FLOWER_STAMP)
+	$(FLOWER_PY) -m mypy fedfair/flower
+	$(FLOWER_PY) -m pytest -q -p no:cacheprovider tests/flower
+
 # docs/benchmarks.md is generated from benchmarks/results/*.json; each file records the command that
 # measured it (variants included: --quick, 16-bit words, d = 10^8), and `bench` runs every one of those
 # commands again (`benchmarks/rerun.py --list` prints them; ONLY="NAME ..." reruns some), then the page.
@@ -108,4 +130,4 @@ bench: setup
 	$(PY) benchmarks/report.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(FLOWER_VENV) build *.egg-info

@@ -25,6 +25,7 @@ LAYER_ORDER = (
     "runtime",
     "research",
     "cli",
+    "flower",
 )
 """fedfair's top-level packages and modules from the bottom layer up (tests/test_layers.py holds the rule)."""
 GENERATED = ("fedfair_pb2.py", "fedfair_pb2_grpc.py")
@@ -40,8 +41,8 @@ Layers, one rule (`tests/test_layers.py` walks the imports and fails on a breach
 imports only the layers below it**: core (the standard library, numpy, torch and itself), the
 libraries (pki, privacy, datasets, then secagg, fairness, bundle, each using only those before
 it), the in-process engine (simulation), the API, the runtime (core and the libraries only),
-research, the command line; a collaborator never imports aggregator modules, nor the aggregator
-collaborator ones. `docs/design.md` section 2 says why, and how the processes talk.
+research, the command line, and on top the optional Flower integration (flower, which nothing imports);
+a collaborator never imports aggregator modules, nor the aggregator collaborator ones. `docs/design.md` section 2 says why, and how the processes talk.
 
 Beside the package: `proto/` (the wire schema), `aggregator/` and `collaborator/` (the operators'
 workspaces: templates, README), `certs/` (where the PKI writes), `data/` (where each dataset comes

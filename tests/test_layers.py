@@ -5,7 +5,9 @@
 3. the in-process engine (simulation) may use core and the libraries;
 4. the public API (api.py) may use core, the libraries and the simulation;
 5. the runtime may use core and the libraries, never the simulation, the API or research;
-6. research may use everything but the command line.
+6. research may use everything but the command line;
+7. the Flower integration (flower, an optional extra) may use core, the libraries, the simulation and the API,
+   and nothing in fedfair may import it: fedfair runs without Flower installed.
 
 Inside the runtime, what an operator sees (runtime.observe: events, state, metrics, logs) sits below both
 parties, and the output folder's layout (runtime.output_folder) below that: a collaborator never reaches the
@@ -37,6 +39,8 @@ LIBRARIES = (
 )
 """The libraries in their order: each may import only core and the libraries before it."""
 ABOVE_LIBRARIES = ("fedfair.simulation", "fedfair.api", "fedfair.runtime", "fedfair.research", "fedfair.cli")
+FLOWER = "fedfair.flower"
+"""The optional Flower integration, on top: it imports what it needs below it, and nothing imports it."""
 
 
 def module_name(path: Path) -> str:
@@ -124,6 +128,7 @@ def test_the_layers_exist() -> None:
         "fedfair.api",
         "fedfair.runtime",
         "fedfair.research",
+        FLOWER,
         *LIBRARIES,
     ):
         assert package in MODULES, f"{package} is missing"
@@ -164,6 +169,15 @@ def test_the_runtime_never_reaches_the_simulation_the_api_or_research() -> None:
 
 def test_research_never_reaches_the_command_line() -> None:
     assert violations(modules_in("fedfair.research"), ("fedfair.cli",)) == []
+
+
+def test_the_flower_integration_reaches_only_core_the_libraries_the_simulation_and_the_api() -> None:
+    assert violations(modules_in(FLOWER), ABOVE_LIBRARIES[2:]) == []
+
+
+def test_nothing_in_fedfair_reaches_the_flower_integration() -> None:
+    others = [module for module in MODULES if not within(module, FLOWER)]
+    assert violations(others, (FLOWER,)) == []
 
 
 def test_a_collaborator_never_reaches_aggregator_modules() -> None:

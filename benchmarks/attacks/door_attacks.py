@@ -35,6 +35,7 @@ from attacks.hostile_client import (
 )
 from attacks.plain_stage import REFUSED_AT_DOOR, refused, StageContext, Job, InsiderStage
 from fedfair.runtime.transport import fedfair_pb2 as pb
+from fedfair.runtime.contract import TRAINING
 from fedfair.runtime.transport.chunks import plain_upload_size
 
 
@@ -115,7 +116,7 @@ class DoorAttacks(InsiderStage):
     # ------------------------------------------------------------ malformed uploads
 
     def _malformed_rows(self, context: StageContext) -> None:
-        binding, total = context.binding, plain_upload_size(context.dimension, pb.STAGE_MASKED_INPUT)
+        binding, total = context.binding, plain_upload_size(context.dimension, TRAINING.plain_values)
         refusals = ("INVALID_ARGUMENT", "RESOURCE_EXHAUSTED")
         with self.book.row(
             "random bytes (payload, request body, and raw TLS instead of HTTP/2)",

@@ -57,6 +57,7 @@ from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.transport import fedfair_pb2 as pb
+from fedfair.runtime.contract import TRAINING
 from fedfair.runtime.transport.chunks import plain_upload_size, read_plain_upload
 
 HELD = HONEST[-1]
@@ -248,9 +249,9 @@ class PlainAttacks(DoorAttacks, FloodAttacks):
                     payload = self._genuine_payload_for(parameters)
                 if payload is None:
                     return f"round {number}: an insider upload was acknowledged that cannot be reconstructed"
-                if len(payload) != plain_upload_size(parameters + 1, pb.STAGE_MASKED_INPUT):
+                if len(payload) != plain_upload_size(parameters + 1, TRAINING.plain_values):
                     return f"round {number}: an insider upload of {len(payload)} bytes was counted (not a plain update)"
-                values, weight = read_plain_upload(payload, pb.STAGE_MASKED_INPUT)
+                values, weight = read_plain_upload(payload, TRAINING.plain_values)
                 vector = np.append(values.astype(np.float64), weight)
                 vectors[name] = vector
                 problems += _out_of_bounds(vector, plan.secure_aggregation.clip, plan.secure_aggregation.max_weight)

@@ -46,6 +46,24 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], object]) -> None:
         os.close(folder)
 
 
+SECRET_BYTES = 32
+"""The size of a secret :func:`kept_secret` keeps."""
+
+
+def kept_secret(path: Path, fix: str) -> bytes:
+    """The secret kept at `path`: drawn once from the OS's CSPRNG and written there (0600, atomically) when absent.
+
+    Raises:
+        ConfigError: the file is not a :data:`SECRET_BYTES`-byte secret, naming it and `fix`.
+    """
+    if not path.exists():
+        atomic_write(path, lambda stream: stream.write(os.urandom(SECRET_BYTES)))
+    secret = path.read_bytes()
+    if len(secret) != SECRET_BYTES:
+        raise ConfigError(f"{path}: not a {SECRET_BYTES}-byte secret; {fix}")
+    return secret
+
+
 MAX_STATE_BYTES = 16 << 20
 """The largest state file :func:`read_json` reads: far above any fedfair writes (a few KiB to a few
 MiB), far below what would hurt a process that reads it whole."""

@@ -27,10 +27,11 @@ from fedfair.pki.verification import pinned_credential_verifier
 from fedfair.runtime.manifest import Manifest
 from fedfair.runtime.plan.influence import InfluenceSettings
 from fedfair.runtime.transport import encode_tensor, pb
+from fedfair.runtime.transport.chunks import PlainValues
 from fedfair.secagg import EncodingConfig, SecAggConfig
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND
 from fedfair.secagg.noise import NoiseConfig
-from fedfair.secagg.round import SECURE_ROUND, VERDICT, RoundSetup, SecureRound, StageSpec
+from fedfair.secagg.round import AnyStage, RoundSetup, SECURE_ROUND, SecureRound, VERDICT
 
 
 @dataclass(frozen=True)
@@ -49,18 +50,24 @@ class Stages:
     session_offset: int
     protocol: SecureRound = SECURE_ROUND
     """The secure round the aggregation runs, stage by stage (verified: every stage of it)."""
-    specs: dict[pb.Stage, StageSpec] = field(init=False, repr=False, compare=False)
+    plain_values: PlainValues = field(default=np.dtype("<f8"))
+    """How a plain (unmasked) upload's values travel without secure aggregation. A training update is the
+    model-sized upload, and float32 halves it at a rounding of at most
+    :func:`~fedfair.runtime.transport.chunks.plain_rounding`, which the aggregator adds to the sum's error bound; an
+    evaluation's or the statistics' sums are a few hundred values whose counts and totals are stated exactly, so
+    they keep float64."""
+    specs: dict[pb.Stage, AnyStage] = field(init=False, repr=False, compare=False)
     """Each upload stage -> its specification, in the round's order."""
 
     def __post_init__(self) -> None:
         specs = {_wire(f"STAGE_{self.prefix}{spec.wire}"): spec for spec in self.protocol.stages(True)}
         object.__setattr__(self, "specs", specs)
 
-    def wire(self, spec: StageSpec) -> pb.Stage:
+    def wire(self, spec: AnyStage) -> pb.Stage:
         """The stage `spec` travels as in this kind of aggregation."""
         return next(stage for stage, known in self.specs.items() if known is spec)
 
-    def noun(self, spec: StageSpec) -> str:
+    def noun(self, spec: AnyStage) -> str:
         """What the uploads of `spec` are in this kind of aggregation, for the operator's progress line."""
         return spec.evaluation_noun if self.prefix else spec.noun
 
@@ -105,11 +112,22 @@ def _wire(name: str) -> pb.Stage:
     return cast(pb.Stage, pb.Stage.Value(name))
 
 
-TRAINING = Stages(start=pb.STAGE_TRAIN, kind="train", prefix="", session_offset=0)
-BOUNDED_TRAINING = Stages(start=pb.STAGE_TRAIN, kind="train", prefix="", session_offset=0, protocol=BOUNDED_ROUND)
+TRAINING = Stages(start=pb.STAGE_TRAIN, kind="train", prefix="", session_offset=0, plain_values=np.dtype("<f4"))
+BOUNDED_TRAINING = Stages(
+    start=pb.STAGE_TRAIN,
+    kind="train",
+    prefix="",
+    session_offset=0,
+    protocol=BOUNDED_ROUND,
+    plain_values=np.dtype("<f4"),
+)
 """A training round under [secure_aggregation] input_bound = "two_verifiers": the bounded sum's stages."""
 EVALUATION = Stages(start=pb.STAGE_EVALUATE, kind="evaluate", prefix="EVAL_", session_offset=1)
 """An evaluation: the masked round's stages in every mode (its sums are counts and losses, which no plan bounds)."""
+
+
+AGGREGATIONS: tuple[Stages, ...] = (TRAINING, BOUNDED_TRAINING, EVALUATION)
+"""Every kind of aggregation a federation runs: a runtime that looks a wire stage up looks in each."""
 
 
 def training_stages(bounded: bool) -> Stages:
@@ -341,13 +359,14 @@ def round_setup(
     auditor: str | None,
     identity_key: ec.EllipticCurvePrivateKey | None = None,
     noise_mu: float = 0.0,
+    noise_secret: bytes = b"",
 ) -> RoundSetup:
     """What a party of the round `parameters` describe knows beside its config, as every party derives it.
 
     The session is the parameters' digest; the bound is [influence] update_norm and each site's weight its plan
     weight (:meth:`InfluenceSettings.weight_of`); `keys` are the identity keys (:func:`relayed_keys`).
-    `identity_key` is the aggregator's, for its server; None elsewhere. `noise_mu`: each verifier's noise, which every
-    party derives from the plan (:func:`~fedfair.runtime.plan.bounded_noise.bounded_noise_mu`).
+    `identity_key` and `noise_secret` are the aggregator's, for its server; None and b"" elsewhere. `noise_mu`: each
+    verifier's noise, which every party derives from the plan (:func:`~fedfair.runtime.plan.bounded_noise.bounded_noise_mu`).
     """
     return RoundSetup(
         verify,
@@ -360,6 +379,7 @@ def round_setup(
         identity_key=identity_key,
         public=parameters.to_bytes(),
         noise_mu=noise_mu,
+        noise_secret=noise_secret,
     )
 
 

@@ -1,14 +1,13 @@
-"""The secure round declared once: its stages, in order, each naming everything that makes it.
+"""The secure round declared once: its stages, in order, each typed and naming everything that makes it.
 
 As Flower's SecAgg+ workflow loops over a tuple of steps, whoever runs a round (the in-process
 :func:`~fedfair.secagg.simulate.simulate_round`, the aggregator's driver, the collaborator's steps) loops over
-:data:`SECURE_ROUND`'s stages instead of writing them out. As in pyca's layering, the state machines the
-stages call (:class:`~fedfair.secagg.client.Client`, :class:`~fedfair.secagg.server.Server`) do no I/O: a
-stage names their steps, and its runner moves the bytes. A stage (:class:`StageSpec`) names its wire name and
-log noun, how its input and its upload are parsed, the client's step, the server's receive and close, and
-how large an upload may be. Adding a stage is one more :class:`StageSpec` and its client and server functions;
-another kind of secure sum (with commitments, or two servers) is another :class:`SecureRound` beside this one,
-whose server keeps the :class:`SecureSum` interface.
+:data:`SECURE_ROUND`'s stages instead of writing them out, and takes every step through the one guard of its
+order (:class:`PartyOrder`, :class:`ServerOrder`): the state machines (:class:`~fedfair.secagg.client.Client`,
+:class:`~fedfair.secagg.server.Server`) keep no order and do no I/O. A stage (:class:`StageSpec`, generic over its
+party, server, input and upload) names its wire and report words, its parsers, the party's step, the server's
+receive and close, and its size limits. Another kind of secure sum (the bounded one) is another
+:class:`SecureRound`, registered by name (:func:`register_round_kind`), whose server keeps :class:`SecureSum`.
 """
 
 from __future__ import annotations
@@ -16,15 +15,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, ProtocolError, StaleMessageError
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.secagg.client import Client
-from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.config import SecAggConfig, fallback_tag_set_bytes, resummed_claim_bytes
 from fedfair.secagg.messages import (
     AdvertiseKeys,
     ConsistencySignature,
@@ -49,6 +48,13 @@ nothing and stops, :class:`~fedfair.core.errors.VerificationError`)."""
 
 MESSAGE_OVERHEAD_BYTES = 64 << 10
 """Room for headers, keys, signatures and certificates around a stage's vector."""
+
+PER_PARTY_STAGE_BYTES = 64 << 10
+"""A stage's input per party of the roster: a signed advertisement with its certificate, or a share, a signature or
+a name (each under 4 KiB in practice), with room to spare."""
+
+BASE_STAGE_BYTES = 1 << 20
+"""What a stage's input may hold beside its per-party part (the round's public parameters)."""
 
 
 class SecureSum(Protocol):
@@ -75,6 +81,19 @@ class SecureSum(Protocol):
         """Accused party -> its accusers."""
 
 
+def excluded(server: SecureSum, max_colluding: int) -> dict[int, str]:
+    """The parties a sum's outcome excludes from later rounds, with why (after a finish or an abort alike).
+
+    Those its server proved at fault, and those accused by more than `max_colluding` distinct parties, so that at
+    least one accuser is honest. Fewer accusers could all be liars: their target only sits out this round.
+    """
+    return {
+        party: why
+        for party, why in server.culprits.items()
+        if party in server.proven or len(server.accusations.get(party, ())) > max_colluding
+    }
+
+
 @dataclass(frozen=True)
 class RoundSetup:
     """What a runner knows of a round beside its :class:`SecAggConfig`; each kind of round takes what it needs.
@@ -92,6 +111,7 @@ class RoundSetup:
     public: the round's public parameters as the runner states them (the first stage's input); the bounded sum's
         server sends them to every site with the auditor's key.
     noise_mu: the Skellam parameter each verifier of the bounded sum adds to its total, from the plan (0: no DP).
+    noise_secret: what the aggregator's noise keys derive from (its server's; b"" elsewhere).
     """
 
     verify: CredentialVerifier
@@ -104,6 +124,7 @@ class RoundSetup:
     identity_key: ec.EllipticCurvePrivateKey | None = field(default=None, repr=False)
     public: bytes = b""
     noise_mu: float = 0.0
+    noise_secret: bytes = field(default=b"", repr=False)
 
 
 @dataclass(frozen=True)
@@ -155,22 +176,29 @@ class Uploaders(enum.Flag):
     AUDITOR = enum.auto()
 
 
-ClientStep = Callable[[Any, Any, Callable[[], np.ndarray]], Any]
-"""step(client, the stage's input message, the party's encoded input) -> the party's upload.
+PartyT = TypeVar("PartyT")
+"""The state machine of the party that takes a stage (a kind's client, or a second verifier)."""
+ServerT = TypeVar("ServerT")
+"""The kind's server."""
+InputT = TypeVar("InputT")
+"""What a party is sent in a stage (None in a round's first, whose input is the runner's own)."""
+UploadT = TypeVar("UploadT")
+"""What a party uploads in a stage (or, where it uploads a verdict, what its step returns)."""
 
-Only the masking stage asks for the encoded input (called once, there)."""
+Own = Callable[[], np.ndarray]
+"""A party's encoded input, asked for by the stage its contribution travels in (called once, there)."""
 
 
 @dataclass(frozen=True)
-class StageSpec:
-    """One stage of a secure round: everything a runner needs to run it.
+class StageSpec(Generic[PartyT, ServerT, InputT, UploadT]):
+    """One stage of a secure round, typed by who takes it and what travels: everything a runner needs to run it.
 
     stage: its member of its round's stage enum (SECURE_ROUND: the header's :class:`Stage`, its messages' binding).
     wire: its name on the runtime's transport, less ``STAGE_`` and an evaluation's ``EVAL_`` (proto/fedfair.proto).
     noun: what its uploads are, for the operator's progress line ('masked inputs').
     evaluation_noun: the same in an evaluation's sum ('masked evaluation sums').
     received: parses the stage's input; None for the first stage, whose input is the runner's own.
-    step: the client's step (:data:`ClientStep`).
+    step: the party's step: step(party, the stage's input, its encoded input (:data:`Own`)) -> its upload.
     upload: parses an upload; None when a party's upload is its :data:`VERDICT`, not a message.
     receive: the server's step per upload (None with `upload` None).
     close: the server's close of the stage: the next stage's :class:`Opening` (None for the last stage of the
@@ -181,22 +209,37 @@ class StageSpec:
     withheld: why an aggregator must not close the stage and send its outcome on (None: it may), checked just
         before :attr:`close`; it aborts the round instead. An in-process round sends it on regardless.
     uploaders: who uploads in the stage, so who a runtime admits there (:class:`Uploaders`).
+    repeatable: a party may take the stage again once it took it (its step answers the same input the same way,
+        and refuses another), so a server that asks twice gets the same answer.
+    skippable: a party may take the stages after this one without it (a stage the server may close before every
+        party answered: one it never asked takes part in the next all the same).
+    words: what a reader of a federation's report calls the stage ("": its wire name in lower case).
+    input_bytes: the largest input a party reads for the stage, from the roster's size and the most words a sum
+        of the aggregation may hold (:func:`roster_input` unless the input carries a sum).
     """
 
     stage: enum.IntEnum
     wire: str
     noun: str
     evaluation_noun: str
-    received: Callable[[bytes | memoryview], Any] | None
-    step: ClientStep
-    upload: Callable[[bytes], Any] | None
-    receive: Callable[[Any, Any], None] | None
-    close: Callable[[Any], Opening] | None
+    received: Callable[[bytes | memoryview], InputT] | None
+    step: Callable[[PartyT, InputT, Own], UploadT]
+    upload: Callable[[bytes], UploadT] | None
+    receive: Callable[[ServerT, UploadT], None] | None
+    close: Callable[[ServerT], Opening] | None
     upload_bytes: Callable[[SecAggConfig], int]
     unready: str
-    ready: Callable[[Any], bool] | None = None
-    withheld: Callable[[Any], str | None] | None = None
+    ready: Callable[[ServerT], bool] | None = None
+    withheld: Callable[[ServerT], str | None] | None = None
     uploaders: Uploaders = Uploaders.PARTIES
+    repeatable: bool = False
+    skippable: bool = False
+    words: str = ""
+    input_bytes: Callable[[int, int], int] = field(default_factory=lambda: roster_input)
+
+
+AnyStage = StageSpec[Any, Any, Any, Any]
+"""A stage of any kind, as a runner that loops over a round's stages holds it: each is typed where it is declared."""
 
 
 @dataclass(frozen=True)
@@ -219,11 +262,15 @@ class SecureRound:
     auditor: the party id of a second verifier that uploads beside the parties (the bounded sum's), or None.
     binds_roster_at: the stage whose upload a party binds to the whole roster (the bounded sum's SHARE), so a round
         void from there on leaves its model to that roster; None: it binds the survivors the sum names (SECURE_ROUND).
+    kept: the stage whose uploads the server keeps whole for the survivors to re-sum (SECURE_ROUND's masked inputs),
+        which a runtime may keep in files; None: the server keeps none.
+    evidence: what a finished sum's server signed for whom it names, which a runner keeps the digest of so a party
+        can later show it (the bounded sum's verdict record); None: the kind has none.
     """
 
     name: str
-    sum_stages: tuple[StageSpec, ...]
-    verify_stages: tuple[StageSpec, ...]
+    sum_stages: tuple[AnyStage, ...]
+    verify_stages: tuple[AnyStage, ...]
     server: Callable[[SecAggConfig, RoundSetup], Any]
     client: Callable[..., Any]
     open_sum: Callable[[Any], Opening]
@@ -232,12 +279,14 @@ class SecureRound:
     committed: enum.IntEnum
     auditor: int | None = None
     binds_roster_at: enum.IntEnum | None = None
+    kept: enum.IntEnum | None = None
+    evidence: Callable[[Any], bytes] | None = None
 
-    def stages(self, verified: bool) -> tuple[StageSpec, ...]:
+    def stages(self, verified: bool) -> tuple[AnyStage, ...]:
         """The stages a round runs, in order: the sum's, and with `verified` the verifying ones."""
         return self.sum_stages + self.verify_stages if verified else self.sum_stages
 
-    def spec(self, stage: enum.IntEnum) -> StageSpec:
+    def spec(self, stage: enum.IntEnum) -> AnyStage:
         """The first of this round's stages bound to `stage`."""
         return next(spec for spec in self.stages(True) if spec.stage is stage)
 
@@ -248,6 +297,175 @@ class SecureRound:
         if not setup.auditor:
             raise ConfigError(f"a {self.name} round has an auditor: name it in the round's setup (the plan's auditor)")
         return PartyNames(config, setup.auditor, self.auditor)
+
+
+_Result = TypeVar("_Result")
+
+
+class PartyOrder:
+    """Where one party stands in its round's stages: the one guard of the order a party takes them in.
+
+    The state machines keep no order of their own; whoever runs a party's steps takes each through this, so a
+    server that sends a stage's input out of the declared order is refused. A party takes a stage once every
+    stage before it was taken (or is :attr:`StageSpec.skippable`), and once only unless it is
+    :attr:`StageSpec.repeatable`. A step that raises leaves the party where it was.
+    """
+
+    def __init__(self, stages: tuple[AnyStage, ...]) -> None:
+        self._stages = stages
+        self._taken: set[int] = set()
+
+    def take(self, spec: AnyStage, step: Callable[[], _Result]) -> _Result:
+        """Run `step`, the party's step of `spec`, if the party may take that stage now.
+
+        Raises:
+            ProtocolError: `spec` is out of order (naming the stage the party waits for), or not of this round.
+        """
+        index = _index(self._stages, spec)
+        before = self._stages[:index]
+        ready = all(earlier in self._taken or spec_before.skippable for earlier, spec_before in enumerate(before))
+        if not ready or (index in self._taken and not spec.repeatable):
+            waiting = next((s.stage.name for i, s in enumerate(self._stages) if i not in self._taken), "none")
+            raise ProtocolError(
+                f"stage {spec.stage.name} ({spec.wire}) is out of order: this party is waiting for stage {waiting}"
+            )
+        outcome = step()
+        self._taken.add(index)
+        return outcome
+
+
+class ServerOrder:
+    """Where the server's round stands in its stages: the one guard of the order the server runs them in.
+
+    A round is opened (:meth:`begin`), then each stage takes uploads until it is closed, and its close opens the
+    next; the sum's last close (:meth:`SecureSum.finish`) opens nothing, and the verifying stages begin with
+    :meth:`verify`. An upload for any other stage is stale; a close that raises aborts the round, after which
+    nothing is taken.
+    """
+
+    def __init__(self, round_kind: SecureRound, verified: bool) -> None:
+        self._sum = len(round_kind.sum_stages)
+        self._stages = round_kind.stages(verified)
+        self._open: int | None = None
+        self._closed = 0
+        self._aborted = False
+
+    @property
+    def where(self) -> str:
+        """The stage the server collects uploads for, or where the round stands between and after its stages."""
+        if self._aborted:
+            return "aborted"
+        if self._open is not None:
+            return self._stages[self._open].stage.name
+        if self._closed == 0:
+            return "not begun"
+        return "finished" if self._closed == self._sum else "closed"
+
+    def begin(self) -> None:
+        """Open the round's first stage."""
+        self._opening(0)
+
+    def verify(self) -> None:
+        """Open the first verifying stage, once the sum is finished."""
+        self._opening(self._sum)
+
+    def is_open(self, spec: AnyStage) -> bool:
+        """Whether `spec` is the stage the server collects uploads for."""
+        return not self._aborted and self._open is not None and self._stages[self._open] is spec
+
+    def receive(self, spec: AnyStage, message: object, step: Callable[[], None]) -> None:
+        """Run `step`, the server's receive of `message` in `spec`, if that stage is open.
+
+        Raises:
+            StaleMessageError: `spec` is not the open stage (the message is dropped).
+            ProtocolError: the round was aborted.
+        """
+        self._refuse_aborted()
+        if not self.is_open(spec):
+            raise StaleMessageError(
+                f"{type(message).__name__} arrived while the server is in stage {self.where}; it was dropped"
+            )
+        step()
+
+    def close(self, spec: AnyStage, step: Callable[[], _Result]) -> _Result:
+        """Run `step`, the server's close of `spec`, if that stage is open; then open the stage after it.
+
+        The sum's last close and the round's open nothing: the verifying stages begin with :meth:`verify`.
+
+        Raises:
+            ProtocolError: `spec` is not the open stage, or the round was aborted; whatever `step` raises, which
+                aborts the round.
+        """
+        self._refuse_aborted()
+        if not self.is_open(spec):
+            raise ProtocolError(f"called out of order: the server is in stage {self.where}")
+        try:
+            outcome = step()
+        except ProtocolError:
+            self._aborted = True
+            raise
+        self._closed += 1
+        self._open = self._closed if self._closed not in (self._sum, len(self._stages)) else None
+        return outcome
+
+    def _opening(self, index: int) -> None:
+        self._refuse_aborted()
+        if self._open is not None or self._closed != index or index >= len(self._stages):
+            raise ProtocolError(f"called out of order: the server is in stage {self.where}")
+        self._open = index
+
+    def _refuse_aborted(self) -> None:
+        if self._aborted:
+            raise ProtocolError("this round was aborted; start a new round")
+
+
+def _index(stages: tuple[AnyStage, ...], spec: AnyStage) -> int:
+    for index, known in enumerate(stages):
+        if known is spec:
+            return index
+    raise ProtocolError(f"stage {spec.wire} is not a stage of this round")
+
+
+ROUND_KINDS: dict[str, SecureRound] = {}
+"""Every kind of secure round by its name, as each registers itself (:func:`register_round_kind`)."""
+
+
+def register_round_kind(kind: SecureRound) -> SecureRound:
+    """Plug a kind of secure round in, as Opacus registers its accountants: its runners and reports find it by name.
+
+    Returns `kind`, so a declaration registers itself where it is made.
+
+    Raises:
+        ConfigError: another kind of that name is registered, or one of `kind`'s wire names is another kind's.
+    """
+    if kind.name in ROUND_KINDS:
+        raise ConfigError(f"a round kind named {kind.name!r} is registered already: give {kind.name!r} another name")
+    taken = {spec.wire for known in ROUND_KINDS.values() for spec in known.stages(True)}
+    clashes = sorted(taken & {spec.wire for spec in kind.stages(True)})
+    if clashes:
+        raise ConfigError(f"the round kind {kind.name!r} names stages another kind names ({', '.join(clashes)})")
+    ROUND_KINDS[kind.name] = kind
+    return kind
+
+
+def stage_words(wire: str) -> str:
+    """What a reader of a report calls the stage of any registered kind named `wire` ("" for none with words)."""
+    return next((spec.words for kind in ROUND_KINDS.values() for spec in kind.stages(True) if spec.wire == wire), "")
+
+
+def roster_input(parties: int, _words: int) -> int:
+    """The largest input of a stage that carries keys, shares, signatures or names: a fixed part and one per party."""
+    return BASE_STAGE_BYTES + PER_PARTY_STAGE_BYTES * parties
+
+
+def claim_input(parties: int, words: int) -> int:
+    """The largest claimed sum: one word of at most 8 bytes each and, where the round re-sums, the survivors' inputs."""
+    return BASE_STAGE_BYTES + 8 * words + resummed_claim_bytes(parties, words)
+
+
+def tag_set_input(parties: int, words: int) -> int:
+    """The largest tag set: a tag per party, and above RESUMMED_WORDS in a round with a missing tag, inputs to re-sum."""
+    return roster_input(parties, words) + fallback_tag_set_bytes(parties, words)
 
 
 def small_upload(config: SecAggConfig) -> int:
@@ -326,125 +544,141 @@ def _tags_withheld(server: Server) -> str | None:
 
 NO_INPUT = "no masked input was sent this round"
 
-SECURE_ROUND = SecureRound(
-    name="secagg-v3",
-    sum_stages=(
-        StageSpec(
-            Stage.ADVERTISE,
-            "ADVERTISE_KEYS",
-            "key advertisements",
-            "evaluation key advertisements",
-            received=None,
-            step=lambda client, _nothing, _own: client.advertise(),
-            upload=AdvertiseKeys.from_bytes,
-            receive=Server.receive_advertisement,
-            close=_key_directory,
-            upload_bytes=small_upload,
-            unready="this round's client was never started",
+SECURE_ROUND = register_round_kind(
+    SecureRound(
+        name="secagg-v3",
+        sum_stages=(
+            StageSpec[Client, Server, None, AdvertiseKeys](
+                Stage.ADVERTISE,
+                "ADVERTISE_KEYS",
+                "key advertisements",
+                "evaluation key advertisements",
+                received=None,
+                step=lambda client, _nothing, _own: client.advertise(),
+                upload=AdvertiseKeys.from_bytes,
+                receive=Server.receive_advertisement,
+                close=_key_directory,
+                upload_bytes=small_upload,
+                words="key exchange",
+                unready="this round's client was never started",
+            ),
+            StageSpec[Client, Server, KeyDirectory, ShareKeys](
+                Stage.SHARE,
+                "SHARE_KEYS",
+                "encrypted shares",
+                "evaluation encrypted shares",
+                received=KeyDirectory.from_bytes,
+                step=lambda client, directory, _own: client.share_keys(directory),
+                upload=ShareKeys.from_bytes,
+                receive=Server.receive_shares,
+                close=_bundles,
+                upload_bytes=small_upload,
+                words="sharing key parts",
+                unready="no keys were advertised this round",
+            ),
+            StageSpec[Client, Server, ShareBundle, ShareCheck](
+                Stage.CHECK,
+                "CHECK_SHARES",
+                "share checks",
+                "evaluation share checks",
+                received=ShareBundle.from_bytes,
+                step=lambda client, bundle, _own: client.check_shares(bundle),
+                upload=ShareCheck.from_bytes,
+                receive=Server.receive_share_check,
+                close=_masking_set,
+                upload_bytes=small_upload,
+                words="checking key parts",
+                unready="no keys were shared this round",
+            ),
+            StageSpec[Client, Server, MaskingSet, MaskedInput](
+                Stage.MASK,
+                "MASKED_INPUT",
+                "masked inputs",
+                "masked evaluation sums",
+                received=MaskingSet.from_bytes,
+                step=lambda client, masking, own: client.masked_input(masking, own()),
+                upload=MaskedInput.from_bytes,
+                receive=Server.receive_masked_input,
+                close=_survivor_set,
+                upload_bytes=vector_upload,
+                words="upload",
+                unready="no shares were checked this round",
+            ),
+            StageSpec[Client, Server, SurvivorSet, ConsistencySignature](
+                Stage.CONSISTENCY,
+                "CONSISTENCY",
+                "consistency signatures",
+                "evaluation consistency signatures",
+                received=SurvivorSet.from_bytes,
+                step=lambda client, survivors, _own: client.consistency(survivors),
+                upload=ConsistencySignature.from_bytes,
+                receive=Server.receive_consistency,
+                close=_unmask_request,
+                upload_bytes=small_upload,
+                words="agreeing who is in",
+                unready=NO_INPUT,
+                repeatable=True,
+            ),
+            StageSpec[Client, Server, UnmaskRequest, UnmaskResponse](
+                Stage.UNMASK,
+                "UNMASK",
+                "unmasking responses",
+                "evaluation unmasking responses",
+                received=UnmaskRequest.from_bytes,
+                step=lambda client, request, _own: client.unmask(request),
+                upload=UnmaskResponse.from_bytes,
+                receive=Server.receive_unmask_response,
+                close=None,
+                upload_bytes=small_upload,
+                words="unmasking the sum",
+                unready=NO_INPUT,
+                # It ends as soon as every secret can be rebuilt and checked: a survivor that withholds its
+                # shares costs nothing once enough others answered.
+                ready=Server.ready,
+                repeatable=True,
+                skippable=True,
+            ),
         ),
-        StageSpec(
-            Stage.SHARE,
-            "SHARE_KEYS",
-            "encrypted shares",
-            "evaluation encrypted shares",
-            received=KeyDirectory.from_bytes,
-            step=lambda client, directory, _own: client.share_keys(directory),
-            upload=ShareKeys.from_bytes,
-            receive=Server.receive_shares,
-            close=_bundles,
-            upload_bytes=small_upload,
-            unready="no keys were advertised this round",
+        verify_stages=(
+            StageSpec[Client, Server, AggregateClaim, AggregateTag](
+                Stage.VERIFY,
+                "VERIFY_CLAIM",
+                "tags of the claimed sum",
+                "tags of the claimed evaluation sums",
+                received=AggregateClaim.from_bytes,
+                step=lambda client, claim, _own: client.tag(claim),
+                upload=AggregateTag.from_bytes,
+                receive=Server.receive_tag,
+                close=_tag_set,
+                upload_bytes=small_upload,
+                input_bytes=claim_input,
+                unready=NO_INPUT,
+                withheld=_tags_withheld,
+                repeatable=True,
+            ),
+            StageSpec[Client, Server, TagSet, np.ndarray](
+                Stage.VERIFY,
+                "VERIFY_TAGS",
+                "verdicts on the claimed sum",
+                "verdicts on the claimed evaluation sums",
+                received=TagSet.from_bytes,
+                step=lambda client, tags, _own: client.verify(tags),
+                upload=None,
+                receive=None,
+                close=None,
+                upload_bytes=small_upload,
+                input_bytes=tag_set_input,
+                unready=NO_INPUT,
+                repeatable=True,
+            ),
         ),
-        StageSpec(
-            Stage.CHECK,
-            "CHECK_SHARES",
-            "share checks",
-            "evaluation share checks",
-            received=ShareBundle.from_bytes,
-            step=lambda client, bundle, _own: client.check_shares(bundle),
-            upload=ShareCheck.from_bytes,
-            receive=Server.receive_share_check,
-            close=_masking_set,
-            upload_bytes=small_upload,
-            unready="no keys were shared this round",
-        ),
-        StageSpec(
-            Stage.MASK,
-            "MASKED_INPUT",
-            "masked inputs",
-            "masked evaluation sums",
-            received=MaskingSet.from_bytes,
-            step=lambda client, masking, own: client.masked_input(masking, own()),
-            upload=MaskedInput.from_bytes,
-            receive=Server.receive_masked_input,
-            close=_survivor_set,
-            upload_bytes=vector_upload,
-            unready="no shares were checked this round",
-        ),
-        StageSpec(
-            Stage.CONSISTENCY,
-            "CONSISTENCY",
-            "consistency signatures",
-            "evaluation consistency signatures",
-            received=SurvivorSet.from_bytes,
-            step=lambda client, survivors, _own: client.consistency(survivors),
-            upload=ConsistencySignature.from_bytes,
-            receive=Server.receive_consistency,
-            close=_unmask_request,
-            upload_bytes=small_upload,
-            unready=NO_INPUT,
-        ),
-        StageSpec(
-            Stage.UNMASK,
-            "UNMASK",
-            "unmasking responses",
-            "evaluation unmasking responses",
-            received=UnmaskRequest.from_bytes,
-            step=lambda client, request, _own: client.unmask(request),
-            upload=UnmaskResponse.from_bytes,
-            receive=Server.receive_unmask_response,
-            close=None,
-            upload_bytes=small_upload,
-            unready=NO_INPUT,
-            # It ends as soon as every secret can be rebuilt and checked: a survivor that withholds its
-            # shares costs nothing once enough others answered.
-            ready=Server.ready,
-        ),
-    ),
-    verify_stages=(
-        StageSpec(
-            Stage.VERIFY,
-            "VERIFY_CLAIM",
-            "tags of the claimed sum",
-            "tags of the claimed evaluation sums",
-            received=AggregateClaim.from_bytes,
-            step=lambda client, claim, _own: client.tag(claim),
-            upload=AggregateTag.from_bytes,
-            receive=Server.receive_tag,
-            close=_tag_set,
-            upload_bytes=small_upload,
-            unready=NO_INPUT,
-            withheld=_tags_withheld,
-        ),
-        StageSpec(
-            Stage.VERIFY,
-            "VERIFY_TAGS",
-            "verdicts on the claimed sum",
-            "verdicts on the claimed evaluation sums",
-            received=TagSet.from_bytes,
-            step=lambda client, tags, _own: client.verify(tags),
-            upload=None,
-            receive=None,
-            close=None,
-            upload_bytes=small_upload,
-            unready=NO_INPUT,
-        ),
-    ),
-    server=_masked_server,
-    client=Client,
-    open_sum=_every_party,
-    open_verification=_claim,
-    contribution=Stage.MASK,
-    committed=Stage.CONSISTENCY,
+        server=_masked_server,
+        client=Client,
+        open_sum=_every_party,
+        open_verification=_claim,
+        contribution=Stage.MASK,
+        committed=Stage.CONSISTENCY,
+        kept=Stage.MASK,
+    )
 )
 """The secure round this project runs: Bonawitz et al.'s six stages, then the two that verify the sum."""

@@ -11,6 +11,7 @@ the VERIFY stages, after which every survivor holds the aggregate it verified.
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -19,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from fedfair.core.errors import ConfigError
 from fedfair.pki.identity import (
     generate_identity_key,
     pinned_verifier,
@@ -27,10 +27,9 @@ from fedfair.pki.identity import (
 )
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import Decoded
-from fedfair.secagg.round import SECURE_ROUND, Opening, RoundSetup, SecureRound, StageSpec
+from fedfair.secagg.round import AnyStage, Opening, PartyOrder, RoundSetup, SECURE_ROUND, SecureRound, ServerOrder
 from fedfair.secagg.server import AggregateResult
 from fedfair.secagg.messages import Message
-from fedfair.secagg.wire import Stage
 
 
 @dataclass
@@ -46,8 +45,8 @@ class RoundTrace:
     """
 
     result: AggregateResult
-    client_seconds: dict[Stage, list[float]]
-    server_seconds: dict[Stage, float]
+    client_seconds: dict[enum.IntEnum, list[float]]
+    server_seconds: dict[enum.IntEnum, float]
     upload_bytes: dict[int, int]
     download_bytes: dict[int, int]
     verified: dict[int, Decoded]
@@ -56,7 +55,7 @@ class RoundTrace:
 def simulate_round(
     config: SecAggConfig,
     encoded_input: Callable[[int], np.ndarray],
-    drop: Mapping[Stage, Collection[int]] | None = None,
+    drop: Mapping[enum.IntEnum, Collection[int]] | None = None,
     observe: Callable[[Message], None] | None = None,
     *,
     verified: bool = False,
@@ -78,7 +77,9 @@ def simulate_round(
         graph, above RESUMMED_WORDS too) the others accept the sum all the same; otherwise every survivor refuses
         it (a VerificationError, MISSING_TAG).
     clock: what the trace's seconds are read from (``time.process_time`` for CPU seconds).
-    protocol: the kind of secure round to run (its stages, its client and server), looped over in order.
+    protocol: the kind of secure round to run (its stages, its client and server), looped over in order; its
+        parties are made from :class:`~fedfair.secagg.client.Client`'s arguments (the bounded sum, whose auditor
+        takes part beside them, runs in :func:`~fedfair.secagg.bounded.simulate.simulate_bounded_round`).
 
     Raises whatever the protocol raises, e.g. ThresholdError when too many parties drop.
     """
@@ -90,20 +91,23 @@ def simulate_round(
         for name, key in identities.items()
     }
     server = protocol.server(config, RoundSetup(verify))
+    order = ServerOrder(protocol, verified)
+    orders = {party: PartyOrder(protocol.stages(verified)) for party in clients}
     # Per stage, each party's seconds in its steps, in the order the parties first took a step of it.
-    party_seconds: dict[Stage, dict[int, float]] = {stage: {} for stage in Stage}
-    server_seconds: dict[Stage, float] = dict.fromkeys(Stage, 0.0)
+    kinds_stages = tuple(dict.fromkeys(spec.stage for spec in protocol.stages(True)))
+    party_seconds: dict[enum.IntEnum, dict[int, float]] = {stage: {} for stage in kinds_stages}
+    server_seconds: dict[enum.IntEnum, float] = dict.fromkeys(kinds_stages, 0.0)
     upload_bytes = dict.fromkeys(clients, 0)
     download_bytes = dict.fromkeys(clients, 0)
     active = set(clients)
     verified_sums: dict[int, np.ndarray] = {}
 
-    def server_timer(stage: Stage) -> _Timer:
+    def server_timer(stage: enum.IntEnum) -> _Timer:
         return _Timer(lambda seconds: server_seconds.__setitem__(stage, server_seconds[stage] + seconds), clock)
 
-    def run(spec: StageSpec, opening: Opening) -> Opening | None:
+    def run(spec: AnyStage, opening: Opening) -> Opening | None:
         """Each party still there and addressed takes the stage's step and uploads; then the server closes it."""
-        stage = _header_stage(spec)
+        stage = spec.stage
         active.difference_update(drop.get(stage, ()))
         inputs = opening.inputs
         if inputs is not None and not isinstance(inputs, Mapping):
@@ -115,7 +119,7 @@ def simulate_round(
             encoding = _Encoding(partial(encoded_input, party), clock)
             seconds = party_seconds[stage]
             started = clock()
-            outcome = spec.step(clients[party], received, encoding)
+            outcome = orders[party].take(spec, partial(spec.step, clients[party], received, encoding))
             # The party's time in its step, without the caller's encoding of its input.
             seconds[party] = seconds.get(party, 0.0) + clock() - started - encoding.seconds
             if spec.upload is None:  # the party's verdict: the sum it verified
@@ -126,24 +130,28 @@ def simulate_round(
             message = spec.upload(wire)
             if observe is not None:
                 observe(message)
-            assert spec.receive is not None  # a stage whose parties upload a message has a server that takes it
+            receive = spec.receive
+            assert receive is not None  # a stage whose parties upload a message has a server that takes it
             with server_timer(stage):
-                spec.receive(server, message)
-        if spec.close is None:
+                order.receive(spec, message, partial(receive, server, message))
+        close = spec.close
+        if close is None:
             return None
         with server_timer(stage):
-            return spec.close(server)
+            return order.close(spec, partial(close, server))
 
+    order.begin()
     opening: Opening | None = protocol.open_sum(server)
     for spec in protocol.sum_stages:
         assert opening is not None  # every stage of the sum but its last opens the next
         opening = run(spec, opening)
-    last = _header_stage(protocol.sum_stages[-1])
-    with server_timer(last):
-        result: AggregateResult = server.finish()
+    last = protocol.sum_stages[-1]
+    with server_timer(last.stage):
+        result: AggregateResult = order.close(last, server.finish)
     if verified:
-        first = _header_stage(protocol.verify_stages[0])
+        first = protocol.verify_stages[0].stage
         with server_timer(first):
+            order.verify()
             opening = protocol.open_verification(server, result)
         for spec in protocol.verify_stages:
             assert opening is not None  # every verifying stage but the last opens the next
@@ -153,19 +161,6 @@ def simulate_round(
     }
     client_seconds = {stage: list(seconds.values()) for stage, seconds in party_seconds.items()}
     return RoundTrace(result, client_seconds, server_seconds, upload_bytes, download_bytes, accepted)
-
-
-def _header_stage(spec: StageSpec) -> Stage:
-    """The header stage ``spec`` is bound to; a round of another kind has its own simulator.
-
-    Raises:
-        ConfigError: ``spec`` is not bound to a header stage (a bounded sum's: use simulate_bounded_round).
-    """
-    if not isinstance(spec.stage, Stage):
-        raise ConfigError(
-            f"stage {spec.wire} is not one simulate_round runs; simulate a bounded sum with simulate_bounded_round"
-        )
-    return spec.stage
 
 
 def _over_wire(message: Any) -> Any:

@@ -1,15 +1,15 @@
-"""A party's side of the VERIFY stage: tag the aggregate the server claims, then check every survivor's tags.
+"""A party's checks in the VERIFY stage: tag the aggregate the server claims, then check every survivor's tags.
 
-:class:`VerifyStages` (:meth:`Client.tag <fedfair.secagg.client.Client.tag>` and :meth:`Client.verify
-<fedfair.secagg.client.Client.verify>`) calls :func:`tag_claim` and :func:`check_tags`: the client keeps
-the round's order and its state, these hold the stage's checks, each refusal a
-:class:`~fedfair.core.errors.VerificationError` naming its reason. The construction they apply
-(challenge, masked tags, their sum) is :mod:`fedfair.secagg.verify`.
+:meth:`Client.tag <fedfair.secagg.client.Client.tag>` and :meth:`Client.verify <fedfair.secagg.client.Client.verify>`
+call :func:`tag_claim` and :func:`check_tags`: the client keeps its state (what it tagged: :class:`Tagged`), these
+hold the stage's checks, each refusal a :class:`~fedfair.core.errors.VerificationError` naming its reason. The
+construction they apply (challenge, masked tags, their sum) is :mod:`fedfair.secagg.verify`.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 import logging
 from collections.abc import Iterable, Mapping
 
@@ -17,21 +17,33 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import (
-    ProtocolError,
     VerificationError,
     VerifyReason,
 )
 from fedfair.pki.identity import is_valid_signature, sign
-from fedfair.secagg.client_state import ClientState, Tagged
 from fedfair.secagg.config import RESUMMED_WORDS, SecAggConfig
 from fedfair.secagg.messages import AdvertiseKeys
 from fedfair.secagg.payloads import View
 from fedfair.secagg.resum import check_resummed, resum_decides
 from fedfair.secagg.verify import BLOCK, TAG_BYTES, Challenge, aggregate_digest, check_sum, masked_tags, tag_payload
 from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
-from fedfair.secagg.wire import Header, Stage, check_header
+from fedfair.secagg.wire import Header
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, eq=False)
+class Tagged:
+    """What a party keeps of the aggregate it tagged: to verify it, and to answer the same claim again."""
+
+    digest: bytes
+    """The claimed aggregate's digest (:func:`~fedfair.secagg.verify.aggregate_digest`), signed with the tag."""
+    message: AggregateTag
+    """The tag this party sent."""
+    expected: tuple[int, ...]
+    """The challenge's dots of the claimed aggregate: what the survivors' tags must sum to."""
+    vector: np.ndarray
+    """The claimed aggregate, as this party tagged it."""
 
 
 def tag_claim(
@@ -187,75 +199,3 @@ def _name(config: SecAggConfig, party: int) -> str:
 
 PLAIN_PIECE = 16 * BLOCK
 """Words a party's input is read back a piece at a time to be tagged, when it keeps no copy (2 MiB of 16-bit words)."""
-
-
-class VerifyStages(ClientState):
-    """A party's VERIFY stages: tag the aggregate the server claims, then check every survivor's tags."""
-
-    def tag(self, claim: AggregateClaim, own: Iterable[np.ndarray] | None = None) -> AggregateTag:
-        """Stage VERIFY: tag this party's input under the challenge of the aggregate the server claims, signed.
-
-        Derives the challenge from the claim's digest (:func:`~fedfair.secagg.verify.aggregate_digest` over the
-        survivors this party signed), computes <r, S'> for :meth:`verify` and the masked tags of its own input.
-        The same claim again gets the same tag; a party tags one aggregate per round.
-
-        `own` is this party's plain encoded input where the caller keeps it (a party built without ``verified``):
-        its words in pieces of :data:`PLAIN_PIECE`, the last shorter. None: the copy kept at MASK.
-
-        Raises:
-            VerificationError: reason MALFORMED for a claim of the wrong shape (or a party given no input: built
-                without ``verified`` and no `own`), EQUIVOCATED for a second, different aggregate; where the round
-                re-sums, FORGED or MALFORMED for a claim that is not the sum of the inputs the party's view fixes
-                (:func:`~fedfair.secagg.resum.check_resummed`).
-            ProtocolError: called before this party signed the survivor set; StaleMessageError for a claim of
-                another federation, round or session.
-        """
-        if self._view is None:
-            raise ProtocolError("tag() called before this party signed the survivor set")
-        check_header(claim, self.config, self._session)
-        self._tagged = tag_claim(
-            claim,
-            self._tagged,
-            self._plain if own is None else own,
-            config=self.config,
-            session=self._session,
-            view=self._view,
-            advertisements=self._directory,
-            identities=self._identities,
-            party=self.party,
-            tag_keys=self._tag_keys,
-            identity_key=self._identity_key,
-            header=self._header(Stage.VERIFY),
-        )
-        self._plain = None  # tagged once: the copy of the input is no longer needed
-        return self._tagged.message
-
-    def verify(self, tag_set: TagSet) -> np.ndarray:
-        """Stage VERIFY: accept the claimed aggregate only if every survivor's signed tags sum to its challenge's dots.
-
-        Returns the verified aggregate (d + 1 words, the encoded sum); decode it with ``config.encoder.decode``
-        and refuse it unless it passes :func:`~fedfair.secagg.recovery.check_range`, as for any sum. Every
-        survivor this party signed must have signed tags over the digest this party computed, so an aggregate
-        shown differently to different parties fails everywhere.
-
-        Raises:
-            VerificationError: naming the round and the reason: MISSING_TAG (a survivor's tag is absent, where
-                the tags check the sum: :func:`~fedfair.secagg.resum.resum_decides`, or above RESUMMED_WORDS where
-                the tag set carries nothing to re-sum), MALFORMED (such material incomplete),
-                BAD_TAG (a tag not signed by its survivor over this aggregate, or from a stranger, or twice),
-                FORGED (the tags do not sum to the aggregate's, or the material re-sums to another: it is not the
-                sum of the survivors' inputs).
-            ProtocolError: called before :meth:`tag`.
-        """
-        if self._tagged is None or self._view is None:
-            raise ProtocolError("verify() called before tag(): this party has no claimed aggregate to check")
-        check_header(tag_set, self.config, self._session)
-        return check_tags(
-            tag_set,
-            self._tagged,
-            config=self.config,
-            session=self._session,
-            view=self._view,
-            advertisements=self._directory,
-            identities=self._identities,
-        )

@@ -18,6 +18,9 @@ from torch import nn
 from fedfair.core.data import ClientData
 from fedfair.core.errors import ConfigError
 
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+"""The precisions a federation's model and data may train in, by name."""
+
 ModelFactory = Callable[[], nn.Module]
 """Builds a fresh model; called under the training seed for the template and for each collaborator."""
 

@@ -41,12 +41,10 @@ from fedfair.core.objective import RCVaRThreshold, make_smooth_plus, rcvar, smoo
 from fedfair.core.update import Update
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.learner import PrivateLearner
-from fedfair.simulation.federation import Federation, ModelFactory, history_sample
+from fedfair.simulation.federation import DTYPES, Federation, ModelFactory, history_sample
 from fedfair.simulation.vectorised import VectorisedClients
 
 logger = logging.getLogger(__name__)
-
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,18 @@ from dataclasses import replace
 
 from fedfair.cli import main
 from fedfair.runtime.collaborator.stage_steps import STEPS, round_steps
+from fedfair.runtime.collaborator.steps import KIND_STEPS, register_kind_steps
 from fedfair.runtime.contract import EVALUATION
+from fedfair.secagg.round import SECURE_ROUND
 from tests.secagg.echo_round import ECHO_ROUND
 
 
 def install() -> None:
-    """Make every evaluation of this process run :data:`ECHO_ROUND` (the module constant every part imported)."""
+    """Make every evaluation of this process run :data:`ECHO_ROUND` (the module constant every part imported).
+
+    The echo round is the masked round with a stage more: it plugs in the masked round's collaborator steps.
+    """
+    register_kind_steps(ECHO_ROUND.name, KIND_STEPS[SECURE_ROUND.name])
     echoing = replace(EVALUATION, protocol=ECHO_ROUND)
     object.__setattr__(EVALUATION, "protocol", echoing.protocol)
     object.__setattr__(EVALUATION, "specs", echoing.specs)

@@ -7,16 +7,18 @@ force no longer admit, a revoked one or one out of its window, and its own from 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from fedfair.core.errors import RoundAbortedError
+from fedfair.core.errors import ConfigError, RoundAbortedError
 from fedfair.pki import fingerprint, load_certificate
-from fedfair.runtime.aggregator.round_identities import aggregator_identities, relayed_identities
+from fedfair.runtime.aggregator.round_identities import NOISE_SECRET_NAME, aggregator_identities, relayed_identities
 from fedfair.runtime.contract import BOUNDED_TRAINING, TRAINING
 from fedfair.runtime.transport.security import PeerAuthenticator
 from tests.runtime.test_input_bound import AUDITOR, declared, federation  # noqa: F401 (the fixture)
@@ -70,7 +72,11 @@ def test_a_peers_certificate_is_relayed_only_while_the_pins_admit_it(federation:
 def test_the_aggregator_relays_its_own_its_peers_and_the_auditors_or_aborts_naming_who_is_missing(
     federation: Path,  # noqa: F811
 ) -> None:
-    loaded = declared(aggregator_plan_with(federation, aggregator={"certs": str(federation / "ca")}))
+    loaded = declared(
+        aggregator_plan_with(
+            federation, aggregator={"certs": str(federation / "ca"), "output": str(federation / "output")}
+        )
+    )
     ca = load_certificate(federation / "ca" / "ca.crt")
     sites = PeerAuthenticator(ca, COLLABORATORS)
     auditor = PeerAuthenticator(ca, (AUDITOR,), "auditor")
@@ -86,3 +92,32 @@ def test_the_aggregator_relays_its_own_its_peers_and_the_auditors_or_aborts_nami
     with pytest.raises(RoundAbortedError, match="'hospital-c' has not connected with a certificate the manifest pins"):
         relayed_identities(held, BOUNDED_TRAINING, COLLABORATORS)
     assert aggregator_identities(aggregator_plan_with(federation), (sites, auditor)) is None  # the plan bounds nothing
+
+
+def test_the_aggregators_noise_secret_is_kept_in_its_output_folder_not_derived_from_its_key(
+    federation: Path,  # noqa: F811
+) -> None:
+    """Found by the issue 93 red team: the aggregator's noise key derived from its identity key, so a round run again
+    after a renewal of that key was noised afresh, and the auditor, sent both verdict records, could average the two
+    draws (0.502 of the charged variance left, in process). The key now derives from a secret in the output folder,
+    beside the checkpoint a round run again resumes from, and no identity key enters it (`noise_key_of`)."""
+    loaded = declared(
+        aggregator_plan_with(
+            federation, aggregator={"certs": str(federation / "ca"), "output": str(federation / "output")}
+        )
+    )
+    authenticators = (PeerAuthenticator(load_certificate(federation / "ca" / "ca.crt"), COLLABORATORS), None)
+    held = aggregator_identities(loaded, authenticators)
+    assert held is not None
+    secret = loaded.aggregator.output / NOISE_SECRET_NAME
+    assert secret.read_bytes() == held.noise_secret and secret.stat().st_mode & 0o777 == 0o600
+    restarted = aggregator_identities(loaded, authenticators)
+    assert restarted is not None and restarted.noise_secret == held.noise_secret
+    elsewhere = dataclasses.replace(loaded.aggregator, output=federation / "another-output")
+    other = aggregator_identities(dataclasses.replace(loaded, aggregator=elsewhere), authenticators)
+    assert other is not None and other.noise_secret != held.noise_secret
+    secret.write_bytes(b"short")
+    with pytest.raises(
+        ConfigError, match=re.escape(f"{secret}: not a 32-byte secret; it is written by the aggregator")
+    ):
+        aggregator_identities(loaded, authenticators)

@@ -14,13 +14,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fedfair.core.errors import ConfigError, ProtocolError
-from fedfair.runtime.auditor.totals import NOISE_SECRET_NAME, FirstTotals, NoiseKeys, TotalledRound
+from fedfair.runtime.auditor.totals import (
+    NOISE_SECRET_NAME,
+    TOTALS_NAME,
+    FirstTotals,
+    NoiseKeys,
+    TotalledRound,
+)
 from fedfair.runtime.contract import ACCEPTED
 from fedfair.secagg.round import StageSpec
 from tests.runtime.test_auditor_rounds import at, rounds_of
@@ -171,3 +178,33 @@ def test_the_noise_key_of_a_round_survives_a_restart_and_names_its_round(tmp_pat
     secret.write_bytes(b"short")
     with pytest.raises(ConfigError, match=f"{secret}: not a 32-byte secret; .*restore it from a backup"):
         NoiseKeys(tmp_path)
+
+
+def test_an_auditor_folder_that_lost_its_secret_or_its_totals_is_refused_naming_the_file(
+    bounded: Federation,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the issue 93 red team: an auditor whose folder lost `noise.secret` made a new one at its next start, so
+    a round the aggregator ran again was noised afresh (two draws averaged: 0.502 of the charged variance left in the
+    in-process round); one that lost `totals.json` would total it over other sites. Either half alone is refused."""
+    fresh = rounds_of(bounded)
+    folder = fresh.totals.path.parent
+    assert json.loads((folder / TOTALS_NAME).read_text()) == [] and (folder / NOISE_SECRET_NAME).exists()
+    (folder / NOISE_SECRET_NAME).unlink()
+    rounds_of(bounded)  # nothing totalled yet: a secret made afresh noises no total twice
+    rounds = rounds_of(bounded)
+    in_sum(
+        run_round(bounded, monkeypatch, auditor=lambda spec, inputs: rounds.step(at(spec.stage), inputs)), COLLABORATORS
+    )
+    secret, totals = folder / NOISE_SECRET_NAME, folder / TOTALS_NAME
+    kept = secret.read_bytes()
+    secret.unlink()
+    missing = f"{secret} is missing beside {totals}, which records totals .*restore the folder's {NOISE_SECRET_NAME}"
+    with pytest.raises(ConfigError, match=re.escape(f"{secret} is missing beside {totals}")) as refused:
+        rounds_of(bounded)
+    assert re.search(missing, str(refused.value)) and not secret.exists()
+    secret.write_bytes(kept)
+    secret.chmod(0o600)
+    totals.unlink()
+    with pytest.raises(ConfigError, match=re.escape(f"{totals} is missing beside {secret}")):
+        rounds_of(bounded)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -23,6 +24,7 @@ import torch
 from cryptography.hazmat.primitives import serialization
 
 from fedfair.core import server as server_step
+from fedfair.core.files import SECRET_BYTES
 from fedfair.core.errors import (
     AuthenticationError,
     ConfigError,
@@ -115,6 +117,7 @@ def bounded(federation: Path) -> Federation:  # noqa: F811
         loaded.influence,
         loaded.batch_fraction,
         partial(bounded_noise_mu, loaded, len(loaded.collaborators)),
+        os.urandom(SECRET_BYTES),
     )
     secure = loaded.secure_aggregation
     settings = DriverSettings(

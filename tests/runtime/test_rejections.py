@@ -37,7 +37,7 @@ from fedfair.runtime.aggregator.checks import SumOutcome, check_decoded_update, 
 from fedfair.runtime.aggregator.servicer import INVALID_UPLOAD, Servicer
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.trainer import round_trainer
-from fedfair.runtime.contract import TRAINING, RoundParameters
+from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters
 from fedfair.runtime.failures import EXIT_INCOMPLETE
 from fedfair.runtime.local.workspace import Workspace, make_workspace
 from fedfair.runtime.transport.chunks import plain_upload
@@ -392,7 +392,7 @@ def test_the_aggregator_refuses_a_non_finite_plain_update(tmp_path: Path) -> Non
         for bad in (np.nan, np.inf, 1e30):  # finite in float32, the training upload's wire type, far past the clip
             values = np.zeros(dimension)
             values[3] = bad
-            upload = plain_upload(values, 10.0, masked.stage)
+            upload = plain_upload(values, 10.0, TRAINING.plain_values)
             error = refused(
                 lambda data=upload: stub.Submit(payload_parts(masked, data), timeout=TIMEOUT),
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -446,7 +446,7 @@ def test_a_refused_upload_does_not_hold_the_stage_to_its_deadline(
 
 def test_the_decode_checks() -> None:
     encoding = EncodingConfig(clip=10.0, max_weight=100.0, fractional_bits=16)
-    evaluation = pb.STAGE_EVAL_MASKED_INPUT  # float64 values, then the float64 weight
+    evaluation = EVALUATION.plain_values  # float64 values, then the float64 weight
     with pytest.raises(RefusedError, match="NaN or Inf"):
         decode_plain(np.array([np.inf, 1.0]).tobytes(), 1, encoding, evaluation)
     with pytest.raises(RefusedError, match="weight"):

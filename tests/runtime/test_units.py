@@ -54,7 +54,7 @@ from fedfair.runtime.collaborator.retries import (
     refusal,
 )
 from fedfair.runtime.collaborator.trainer import build_learner, load_local_data
-from fedfair.runtime.contract import TRAINING
+from fedfair.runtime.contract import EVALUATION, TRAINING
 from fedfair.runtime.failures import NEVER_ANSWERED
 from fedfair.runtime.plan.aggregator_plan import (
     load_aggregator_plan,
@@ -62,7 +62,7 @@ from fedfair.runtime.plan.aggregator_plan import (
     shared_settings,
 )
 from fedfair.runtime.transport import StageGate, make_binding, pb
-from fedfair.runtime.transport.chunks import plain_rounding, plain_upload
+from fedfair.runtime.transport.chunks import PlainValues, plain_rounding, plain_upload
 from fedfair.secagg import Encoder, EncodingConfig
 from tests.federations import adult_by_race
 from tests.runtime.harness import new_workspace
@@ -247,7 +247,7 @@ def test_a_task_stream_of_a_restarted_process_skips_the_round_in_progress() -> N
 BOUNDS = EncodingConfig(clip=10.0, max_weight=100.0, fractional_bits=20, modulus_bits=64)
 
 
-EVALUATION_UPLOAD = pb.STAGE_EVAL_MASKED_INPUT
+EVALUATION_UPLOAD = EVALUATION.plain_values
 """A plain evaluation upload: float64 values, then the float64 weight."""
 
 
@@ -255,9 +255,9 @@ def plain(*values: float) -> bytes:
     return np.array(values, dtype="<f8").tobytes()
 
 
-def decoded(payload: bytes, dimension: int, stage: pb.Stage = EVALUATION_UPLOAD) -> list[float]:
+def decoded(payload: bytes, dimension: int, wire: PlainValues = EVALUATION_UPLOAD) -> list[float]:
     """decode_plain's values and weight as one list."""
-    values, weight = decode_plain(payload, dimension, BOUNDS, stage)
+    values, weight = decode_plain(payload, dimension, BOUNDS, wire)
     return values.tolist() + [weight]
 
 
@@ -322,8 +322,9 @@ def test_an_honest_plain_update_is_clipped_as_the_encoding_clips_it_and_never_re
     clipped = clip_plain_update(update, weight, BOUNDS.clip)
     assert (np.abs(clipped) == BOUNDS.clip * weight).sum() > 100
     # A training update travels in float32, whose rounding may carry a value on the bound past it: still taken.
-    values, _ = decode_plain(plain_upload(clipped, weight, TRAINING.masked), update.size, BOUNDS, TRAINING.masked)
-    assert np.max(np.abs(values - clipped)) <= plain_rounding(BOUNDS.clip * weight, TRAINING.masked)
+    wire = TRAINING.plain_values
+    values, _ = decode_plain(plain_upload(clipped, weight, wire), update.size, BOUNDS, wire)
+    assert np.max(np.abs(values - clipped)) <= plain_rounding(BOUNDS.clip * weight, wire)
     # The secure encoding of the same update decodes to the same clipped values, up to its rounding.
     encoder = Encoder(BOUNDS, 1)
     decoded = encoder.decode(encoder.encode(update, weight, randomness_key=bytes(32)), 1)
@@ -336,7 +337,7 @@ def test_a_plain_sum_adds_in_name_order_whatever_order_the_uploads_arrive_in() -
     sum must be the same bits however the uploads race, or a re-run round could move the model."""
     big = float(np.float32(1e16))  # a training upload travels in float32
     updates = {
-        name: plain_upload(np.array([value]), 1.0, TRAINING.masked)
+        name: plain_upload(np.array([value]), 1.0, TRAINING.plain_values)
         for name, value in (("site-a", big), ("site-b", 1.0), ("site-c", -big))
     }
     name_order = (big + 1.0) + -big

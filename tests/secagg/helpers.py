@@ -29,6 +29,7 @@ from fedfair.secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
+from fedfair.secagg.round import SECURE_ROUND, PartyOrder, ServerOrder, StageSpec
 from fedfair.secagg.server import AggregateResult, Server
 
 DIMENSION = 24
@@ -190,3 +191,33 @@ class Harness:
         """Up to MASK, then ``signers`` (default: every survivor) sign; the unmask request."""
         self.sign(self.through_masking(maskers), signers)
         return self.server.unmask_request()
+
+
+def order_at(spec: StageSpec, verified: bool = False) -> ServerOrder:
+    """A server's order of SECURE_ROUND with every stage before `spec` closed (each close a no-op): `spec` open.
+
+    For a test that drove the server itself to `spec` and checks what its runner refuses from there on.
+    """
+    order = ServerOrder(SECURE_ROUND, verified)
+    order.begin()
+    for earlier in SECURE_ROUND.stages(verified):
+        if earlier is spec:
+            return order
+        if earlier is SECURE_ROUND.sum_stages[-1]:
+            order.close(earlier, lambda: None)
+            order.verify()
+        else:
+            order.close(earlier, lambda: None)
+    raise AssertionError(f"{spec.wire} is not a stage of the round")
+
+
+def party_order_at(spec: StageSpec) -> PartyOrder:
+    """A party's order of a verified SECURE_ROUND with every stage before `spec` taken (each step a no-op).
+
+    For a test whose party the harness drove to `spec` itself, handed to a runner that takes its steps in order.
+    """
+    stages = SECURE_ROUND.stages(True)
+    order = PartyOrder(stages)
+    for earlier in stages[: stages.index(spec)]:
+        order.take(earlier, lambda: None)
+    return order

@@ -13,23 +13,73 @@ import numpy as np
 import pytest
 
 from fedfair.core.errors import ProtocolError, StaleMessageError
+from fedfair.secagg.round import SECURE_ROUND, PartyOrder, StageSpec
 from tests.secagg.helpers import Harness, check_result, make_config
 
 
+SPECS = SECURE_ROUND.stages(True)
+"""Every stage of a verified round, in order."""
+
+
+def taken(order: PartyOrder, spec: StageSpec) -> str:
+    """Take `spec` with a step that only names it."""
+    return order.take(spec, lambda: spec.wire)
+
+
 def test_each_step_out_of_order_is_refused_naming_the_stage_the_party_waits_for() -> None:
-    harness = Harness(make_config(4))
-    client = harness.clients[1]
-    masking_set = harness.through_check()
+    advertise, share, check, mask, consistency, unmask, claim, tags = SPECS
+    order = PartyOrder(SPECS)
     with pytest.raises(
-        ProtocolError, match=r"share_keys\(\) called out of order: this party is waiting for stage MASK"
+        ProtocolError, match=r"stage SHARE \(SHARE_KEYS\) is out of order: this party is waiting for stage ADVERTISE"
     ):
-        client.share_keys(harness.directory)  # type: ignore[arg-type]
-    with pytest.raises(ProtocolError, match=r"advertise\(\) called out of order"):
-        client.advertise()
-    harness.mask(masking_set, [1, 2, 3, 4])
-    harness.sign(harness.server.survivor_set())
-    harness.unmask(harness.server.unmask_request())
-    check_result(harness.server.finish(), harness.config, harness.inputs, harness.encoded, {1, 2, 3, 4})
+        taken(order, share)
+    assert [taken(order, spec) for spec in (advertise, share, check)] == [
+        "ADVERTISE_KEYS",
+        "SHARE_KEYS",
+        "CHECK_SHARES",
+    ]
+    for early in (advertise, share, check, consistency, unmask, claim, tags):
+        with pytest.raises(ProtocolError, match="out of order: this party is waiting for stage MASK"):
+            taken(order, early)
+
+
+def test_a_step_that_raises_leaves_the_party_where_it_was() -> None:
+    order = PartyOrder(SPECS)
+    taken(order, SPECS[0])
+
+    def refused() -> str:
+        raise ProtocolError("a bad key directory")
+
+    with pytest.raises(ProtocolError, match="a bad key directory"):
+        order.take(SPECS[1], refused)
+    assert taken(order, SPECS[1]) == "SHARE_KEYS"
+
+
+def test_only_repeatable_stages_are_taken_again_and_only_skippable_ones_passed_over() -> None:
+    """A survivor signs and answers the same again; the unmasking it was never asked for does not hold it back."""
+    advertise, share, check, mask, consistency, unmask, claim, tags = SPECS
+    assert [spec.wire for spec in SPECS if spec.repeatable] == ["CONSISTENCY", "UNMASK", "VERIFY_CLAIM", "VERIFY_TAGS"]
+    assert [spec.wire for spec in SPECS if spec.skippable] == ["UNMASK"]
+    order = PartyOrder(SPECS)
+    for spec in (advertise, share, check, mask, consistency, consistency):
+        taken(order, spec)
+    with pytest.raises(ProtocolError, match="out of order: this party is waiting for stage UNMASK"):
+        taken(order, mask)
+    with pytest.raises(ProtocolError, match="out of order: this party is waiting for stage UNMASK"):
+        taken(order, tags)  # its claim was never tagged
+    assert [taken(order, spec) for spec in (claim, claim, tags, unmask, consistency)] == [
+        "VERIFY_CLAIM",
+        "VERIFY_CLAIM",
+        "VERIFY_TAGS",
+        "UNMASK",
+        "CONSISTENCY",
+    ]
+
+
+def test_a_stage_of_another_round_is_refused() -> None:
+    order = PartyOrder(SECURE_ROUND.sum_stages)
+    with pytest.raises(ProtocolError, match="stage VERIFY_CLAIM is not a stage of this round"):
+        taken(order, SPECS[6])
 
 
 def test_a_refused_message_changes_nothing_and_the_right_one_is_then_taken() -> None:

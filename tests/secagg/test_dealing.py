@@ -50,9 +50,9 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
         return wrapper
 
     verify = identity.is_valid_signature
-    monkeypatch.setattr("fedfair.secagg.keys_client.sign", counting("party signs", identity.sign))
+    monkeypatch.setattr("fedfair.secagg.client.sign", counting("party signs", identity.sign))
     monkeypatch.setattr("fedfair.secagg.shares.is_valid_signature", counting("party verifies", verify))
-    monkeypatch.setattr("fedfair.secagg.keys_server.is_valid_signature", counting("server verifies", verify))
+    monkeypatch.setattr("fedfair.secagg.server.is_valid_signature", counting("server verifies", verify))
     yield counts
 
 

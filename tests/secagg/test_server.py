@@ -3,30 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 import numpy as np
 import pytest
 
-from fedfair.core.errors import ProtocolError, StaleMessageError
+from fedfair.core.errors import ProtocolError, StaleMessageError, ThresholdError
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig, largest_safe_fractional_bits
-from fedfair.secagg.messages import Message
+from fedfair.secagg.messages import KeyDirectory, Message
+from fedfair.secagg.round import SECURE_ROUND, Opening, ServerOrder, StageSpec
+from fedfair.secagg.server import AggregateResult, Server
 from fedfair.secagg.wire import Stage
-from fedfair.secagg.server import Server
 from tests.secagg.helpers import CLIP, MAX_WEIGHT, Harness, check_result, make_config
 
-RECEIVERS = (
-    "receive_advertisement",
-    "receive_shares",
-    "receive_share_check",
-    "receive_masked_input",
-    "receive_consistency",
-    "receive_unmask_response",
-)
-"""The server's receive step of each stage, in stage order."""
-
-CLOSERS = ("key_directory", "share_bundles", "masking_set", "survivor_set", "unmask_request", "finish")
-"""The server's closing step of each stage, in stage order."""
+SPECS = SECURE_ROUND.sum_stages
+"""The stages of the sum, in order: the server's receive and close of each."""
 
 
 def one_message_per_stage(config: SecAggConfig) -> list[Message]:
@@ -41,17 +35,25 @@ def one_message_per_stage(config: SecAggConfig) -> list[Message]:
     return [messages[1] for messages in (advertisements, shares, checks, masked, signatures, responses)]
 
 
-def assert_only_stage_is_open(server: Server, open_stage: int | None, name: str, messages: list[Message]) -> None:
-    """Every receive and closing step but those of stage ``open_stage`` (0-based; None: no stage) is refused."""
-    for index, (receive, close) in enumerate(zip(RECEIVERS, CLOSERS, strict=True)):
+def closer(spec: StageSpec, server: Server) -> Callable[[], object]:
+    """The server's close of `spec`: its declared close, or for the sum's last stage its finish."""
+    return server.finish if spec.close is None else partial(spec.close, server)
+
+
+def assert_only_stage_is_open(
+    order: ServerOrder, server: Server, open_stage: int | None, name: str, messages: list[Message]
+) -> None:
+    """Every receive and close of a stage but ``open_stage`` (0-based; None: no stage) is refused by the order."""
+    for index, spec in enumerate(SPECS):
         if index == open_stage:
             continue
         message = messages[index]
+        assert spec.receive is not None
         stale = f"{type(message).__name__} arrived while the server is in stage {name}"
         with pytest.raises(StaleMessageError, match=stale):
-            getattr(server, receive)(message)
+            order.receive(spec, message, partial(spec.receive, server, message))
         with pytest.raises(ProtocolError, match=f"called out of order: the server is in stage {name}$") as caught:
-            getattr(server, close)()
+            order.close(spec, closer(spec, server))
         assert caught.type is ProtocolError  # not a ThresholdError: nothing was aborted
 
 
@@ -60,33 +62,51 @@ def test_every_step_of_another_stage_is_refused_and_the_refusals_change_nothing(
     messages = one_message_per_stage(config)
     harness = Harness(config)
     server = harness.server
-    assert_only_stage_is_open(server, 0, "ADVERTISE", messages)
-    assert server.session_id == b""
-    harness.advertise()
-    directory = server.key_directory()
-    assert len(server.session_id) == 32 and directory.header.session_id == b""
-    assert_only_stage_is_open(server, 1, "SHARE", messages)
-    harness.share(directory)
-    bundles = server.share_bundles()
-    assert_only_stage_is_open(server, 2, "CHECK", messages)
-    harness.check(bundles)
-    masking_set = server.masking_set()
-    assert_only_stage_is_open(server, 3, "MASK", messages)
-    harness.mask(masking_set, [1, 2, 3, 4])
-    survivor_set = server.survivor_set()
-    assert_only_stage_is_open(server, 4, "CONSISTENCY", messages)
-    harness.sign(survivor_set)
-    request = server.unmask_request()
-    assert_only_stage_is_open(server, 5, "UNMASK", messages)
-    harness.unmask(request)
-    result = server.finish()
+    order = ServerOrder(SECURE_ROUND, verified=False)
+    assert_only_stage_is_open(order, server, None, "not begun", messages)
+    order.begin()
+    uploads: tuple[Callable[[Any], object], ...] = (
+        lambda _nothing: harness.advertise(),
+        harness.share,
+        harness.check,
+        lambda masking_set: harness.mask(masking_set, [1, 2, 3, 4]),
+        harness.sign,
+        harness.unmask,
+    )
+    sent: list[Any] = [None]
+    for index, (spec, upload) in enumerate(zip(SPECS, uploads, strict=True)):
+        assert_only_stage_is_open(order, server, index, spec.stage.name, messages)
+        upload(sent[-1])
+        closed = order.close(spec, closer(spec, server))
+        sent.append(closed.inputs if isinstance(closed, Opening) else closed)
+    directory, bundles, masking_set, survivor_set, request, result = sent[1:]
+    assert isinstance(directory, KeyDirectory) and directory.header.session_id == b"" and len(server.session_id) == 32
     # Every message the server sent after ADVERTISE is bound to the session and labelled with its stage.
     headers = [bundle.header for bundle in bundles.values()]
     headers += [masking_set.header, survivor_set.header, request.header]
     assert {header.session_id for header in headers} == {server.session_id}
     assert [header.stage for header in headers] == [Stage.SHARE] * 4 + [Stage.MASK, Stage.CONSISTENCY, Stage.UNMASK]
+    assert isinstance(result, AggregateResult)
     check_result(result, config, harness.inputs, harness.encoded, {1, 2, 3, 4})
-    assert_only_stage_is_open(server, None, "finished", messages)
+    assert_only_stage_is_open(order, server, None, "finished", messages)
+
+
+def test_a_close_that_fails_aborts_the_round_and_nothing_is_taken_after_it() -> None:
+    """Too few advertisements abort the round at its first close; every later step is refused as aborted."""
+    config = make_config(4)
+    messages = one_message_per_stage(config)
+    harness = Harness(config)
+    order = ServerOrder(SECURE_ROUND, verified=False)
+    order.begin()
+    harness.advertise([1, 2])
+    with pytest.raises(ThresholdError, match="only 2 of 4 parties advertised keys"):
+        order.close(SPECS[0], closer(SPECS[0], harness.server))
+    receive = SPECS[0].receive
+    assert receive is not None
+    with pytest.raises(ProtocolError, match="this round was aborted; start a new round"):
+        order.receive(SPECS[0], messages[0], partial(receive, harness.server, messages[0]))
+    with pytest.raises(ProtocolError, match="this round was aborted"):
+        order.close(SPECS[0], closer(SPECS[0], harness.server))
 
 
 def test_each_stage_admits_only_parties_that_completed_the_stages_before_it() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import pytest
@@ -29,7 +30,8 @@ from fedfair.secagg.verify import (
 )
 from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.wire import Stage
-from tests.secagg.helpers import Harness, encode_all, make_config, make_inputs
+from fedfair.secagg.round import SECURE_ROUND
+from tests.secagg.helpers import Harness, encode_all, make_config, make_inputs, order_at
 
 SESSION = b"s" * 32
 INPUTS = (b"1" * 32, b"2" * 32)
@@ -347,9 +349,12 @@ def test_the_server_takes_one_signed_tag_per_survivor_and_relays_them_in_order()
     with pytest.raises(ProtocolError, match="not a survivor"):
         harness.server.receive_tag(stranger)
     assert harness.server.untagged == (2,)
-    assert [tag.sender for tag in harness.server.tag_set().tags] == [1, 4]
-    with pytest.raises(StaleMessageError):
-        harness.server.receive_tag(harness.clients[2].tag(claim))  # VERIFY is closed
+    claiming, verdicts = SECURE_ROUND.verify_stages
+    order = order_at(claiming, verified=True)
+    assert [tag.sender for tag in order.close(claiming, harness.server.tag_set).tags] == [1, 4]
+    late = harness.clients[2].tag(claim)
+    with pytest.raises(StaleMessageError):  # its runner takes no tag once VERIFY_CLAIM is closed
+        order.receive(claiming, late, partial(harness.server.receive_tag, late))
 
 
 def test_a_claim_for_another_round_is_stale() -> None:

@@ -17,8 +17,7 @@ import numpy as np
 from fedfair.core.errors import Refusal, RefusedError, RoundAbortedError
 from fedfair.core.sum_bounds import NORM_SLACK, DecodedSum, encoding_breach, influence_breach
 from fedfair.runtime.plan.influence import InfluenceSettings
-from fedfair.runtime.transport import pb
-from fedfair.runtime.transport.chunks import plain_rounding, plain_upload_size, plain_value_type, read_plain_upload
+from fedfair.runtime.transport.chunks import PlainValues, plain_rounding, plain_upload_size, read_plain_upload
 from fedfair.secagg import EncodingConfig
 
 UploadScreen = Callable[[str, np.ndarray, float], None]
@@ -44,8 +43,10 @@ class SumOutcome:
     """SHA-256 (hex) of the bounded sum's signed verdict record as every site was sent it ("": no bounded sum)."""
 
 
-def decode_plain(payload: bytes, dimension: int, encoding: EncodingConfig, stage: pb.Stage) -> tuple[np.ndarray, float]:
-    """The server's decode check of a plain upload at `stage`: (values, weight).
+def decode_plain(
+    payload: bytes, dimension: int, encoding: EncodingConfig, wire: PlainValues
+) -> tuple[np.ndarray, float]:
+    """The server's decode check of a plain upload in the wire type `wire`: (values, weight).
 
     `dimension` finite values w * delta and the weight w (:func:`~fedfair.runtime.transport.chunks.plain_upload`),
     refused unless w is in (0, max_weight] and every value is within clip * w, plus twice the wire type's rounding
@@ -57,14 +58,14 @@ def decode_plain(payload: bytes, dimension: int, encoding: EncodingConfig, stage
     clip their plain updates the same way, so only a broken or hostile one is refused.
     Without them one finite but huge update (1e100) would become the model.
     """
-    if len(payload) != plain_upload_size(dimension, stage):
+    if len(payload) != plain_upload_size(dimension, wire):
         raise RefusedError(
             Refusal.INVALID_UPLOAD,
-            f"a plain update must hold {dimension} {plain_value_type(stage).name} values and a float64 weight",
+            f"a plain update must hold {dimension} {wire.name} values and a float64 weight",
         )
     # A read-only view of the received bytes, checked by its extremes (NaN propagates through both):
     # no copy and no temporary of the vector's size, each of which would be fresh pages to fault in.
-    coordinates, weight = read_plain_upload(payload, stage)
+    coordinates, weight = read_plain_upload(payload, wire)
     low, high = (float(coordinates.min()), float(coordinates.max())) if coordinates.size else (0.0, 0.0)
     if not (math.isfinite(low) and math.isfinite(high) and math.isfinite(weight)):
         raise RefusedError(Refusal.INVALID_UPLOAD, "the update contains NaN or Inf")
@@ -73,7 +74,7 @@ def decode_plain(payload: bytes, dimension: int, encoding: EncodingConfig, stage
             Refusal.INVALID_UPLOAD, f"the update's weight is outside (0, max_weight = {encoding.max_weight:g}]"
         )
     bound = encoding.clip * weight
-    if max(high, -low) > bound + 2.0 * plain_rounding(bound, stage):
+    if max(high, -low) > bound + 2.0 * plain_rounding(bound, wire):
         raise RefusedError(
             Refusal.INVALID_UPLOAD,
             f"the update lies outside the clipping range (clip = {encoding.clip:g} per unit of weight)",

@@ -33,9 +33,7 @@ from fedfair.runtime.aggregator.progress_line import log_progress
 from fedfair.runtime.aggregator.round_identities import RoundIdentities, aggregator_setup, relayed_identities
 from fedfair.runtime.contract import (
     ACCEPTED,
-    BOUNDED_TRAINING,
-    EVALUATION,
-    TRAINING,
+    AGGREGATIONS,
     RoundParameters,
     Stages,
     model_digest,
@@ -44,10 +42,8 @@ from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.runtime.transport.chunks import plain_rounding, plain_upload_size
 from fedfair.secagg import EncodingConfig, SecAggConfig
-from fedfair.secagg.bounded.server import BoundedServer
 from fedfair.secagg.credentials import remembered
-from fedfair.secagg.round import Opening, PartyNames, SecureSum, StageSpec
-from fedfair.secagg.wire import Stage as SecAggStage
+from fedfair.secagg.round import AnyStage, Opening, PartyNames, SecureSum, ServerOrder, excluded
 
 logger = logging.getLogger("fedfair.aggregator")
 
@@ -289,33 +285,40 @@ class SumDriver:
         except ConfigError as error:
             raise RoundAbortedError(f"secure aggregation cannot run with these participants: {error}") from None
         outcome = SumOutcome(np.zeros(0), 0.0, 0.0, ())
+        order = ServerOrder(protocol, verified=True)
 
-        def run(specs: tuple[StageSpec, ...], opening: Opening | None) -> None:
+        def run(specs: tuple[AnyStage, ...], opening: Opening | None) -> None:
             for spec in specs:
                 assert opening is not None  # every stage of a round but the last of its sum and its own opens the next
                 if spec.stage is protocol.binds_roster_at:
                     # A site binds its input to the roster before it shares: from here on a void round leaves the
                     # next round on this model to exactly the roster, as the sites will only share it with that one.
                     self.bound_inputs = frozenset(config.parties)
-                self._secure_stage(round_number, stages, spec, server, opening, parameters, outcome, config, names)
+                self._secure_stage(
+                    round_number, stages, spec, order, server, opening, parameters, outcome, config, names
+                )
                 why = spec.withheld(server) if spec.withheld is not None else None
                 if why is not None:
                     raise RoundAbortedError(why)
-                opening = spec.close(server) if spec.close is not None else None
+                close = spec.close
+                opening = order.close(spec, partial(close, server)) if close is not None else None
 
         try:
+            order.begin()
             run(protocol.sum_stages, protocol.open_sum(server))
-            result = server.finish()
+            result = order.close(protocol.sum_stages[-1], server.finish)
             # From here on, a void round leaves every survivor bound to the sum's contributors.
             if protocol.binds_roster_at is None:
                 self.bound_inputs = frozenset(map(config.name_of, result.contributors))
+            if protocol.verify_stages:
+                order.verify()
             run(protocol.verify_stages, protocol.open_verification(server, result))
         except ProtocolError as error:
             # Whoever the protocol could prove misbehaved is named, even when the round is void.
             raise RoundAbortedError(str(error), self._named(round_number, config, server)) from None
         outcome.culprits = self._named(round_number, config, server)
-        if isinstance(server, BoundedServer):  # the evidence a site can later show for whom the record names
-            outcome.verdict_record_sha256 = hashlib.sha256(server.record).hexdigest()
+        if protocol.evidence is not None:  # what a party can later show for whom the sum names
+            outcome.verdict_record_sha256 = hashlib.sha256(protocol.evidence(server)).hexdigest()
         outcome.weighted_sum = result.decoded.weighted_sum
         outcome.total_weight = result.decoded.total_weight
         outcome.error_bound = result.decoded.error_bound
@@ -327,7 +330,8 @@ class SumDriver:
         self,
         round_number: int,
         stages: Stages,
-        spec: StageSpec,
+        spec: AnyStage,
+        order: ServerOrder,
         server: SecureSum,
         opening: Opening,
         parameters: RoundParameters,
@@ -351,11 +355,10 @@ class SumDriver:
         if spec.upload is None:
             handler: UploadHandler = _verdict
         else:
-            assert spec.receive is not None  # a stage whose parties upload a message has a server that takes it
             parse = spec.upload
-            if spec.stage is SecAggStage.MASK and kept_in_files(config):
+            if spec.stage is stages.protocol.kept and kept_in_files(config):
                 parse = in_file(parse, self.settings.folder)
-            handler = SecureUpload(parse, partial(spec.receive, server)).handler(names)
+            handler = SecureUpload(parse, partial(_receive, order, spec, server)).handler(names)
         ready = None if spec.ready is None else partial(spec.ready, server)
         size = spec.upload_bytes(config)
         uploaded = self._stage(round_number, stages.wire(spec), expected, inputs, handler, size, outcome, ready=ready)
@@ -367,27 +370,20 @@ class SumDriver:
             logger.warning("round %d: no verdict on the verified sum from %s", round_number, ", ".join(refused))
 
     def _named(self, round_number: int, config: SecAggConfig, server: SecureSum) -> dict[str, str]:
-        """The collaborators to exclude from later rounds, with why.
+        """The collaborators to exclude from later rounds, with why: the protocol's rule (:func:`excluded`).
 
-        Those the protocol proved at fault, and those accused by more than max_colluding distinct collaborators
-        (so at least one accuser is honest).
-
-        Fewer accusers could all be liars, so their target is only logged: it already sat out this round.
+        A party only accused, by too few to be sure one accuser is honest, is logged: it already sat out this round.
         """
-        excluded: dict[str, str] = {}
-        for party, why in server.culprits.items():
-            accusers = server.accusations.get(party, ())
-            if party in server.proven or len(accusers) > self.settings.max_colluding:
-                excluded[config.name_of(party)] = why
-            else:
-                logger.warning(
-                    "round %d: %s was accused by %s; left out of this round, not excluded (at most %d accusers may lie)",
-                    round_number,
-                    config.name_of(party),
-                    ", ".join(config.name_of(accuser) for accuser in accusers),
-                    self.settings.max_colluding,
-                )
-        return excluded
+        names = excluded(server, self.settings.max_colluding)
+        for party in sorted(server.culprits.keys() - names.keys()):
+            logger.warning(
+                "round %d: %s was accused by %s; left out of this round, not excluded (at most %d accusers may lie)",
+                round_number,
+                config.name_of(party),
+                ", ".join(config.name_of(accuser) for accuser in server.accusations.get(party, ())),
+                self.settings.max_colluding,
+            )
+        return {config.name_of(party): why for party, why in names.items()}
 
     # ------------------------------------------------------------ plain sums
 
@@ -404,12 +400,12 @@ class SumDriver:
         stage = stages.masked
 
         def absorb(peer: str, payload: bytes) -> None:
-            values, weight = decode_plain(payload, dimension, encoding, stage)
+            values, weight = decode_plain(payload, dimension, encoding, stages.plain_values)
             if screen is not None:
                 screen(peer, values, weight)
             uploads[peer] = values, weight
 
-        size, roster = plain_upload_size(dimension, stage), frozenset(parameters.parties)
+        size, roster = plain_upload_size(dimension, stages.plain_values), frozenset(parameters.parties)
         contributors = self._stage(round_number, stage, roster, parameters.to_bytes(), absorb, size, outcome)
         if not contributors:
             raise RoundAbortedError("no collaborator sent its update")
@@ -421,10 +417,17 @@ class SumDriver:
             np.add(total, values, out=total)
             total_weight += weight
             # Its values lie within clip * w, and the wire type moved each by at most plain_rounding of that.
-            outcome.error_bound += plain_rounding(encoding.clip * weight, stage)
+            outcome.error_bound += plain_rounding(encoding.clip * weight, stages.plain_values)
         outcome.weighted_sum, outcome.total_weight = total, total_weight
         outcome.contributors = tuple(sorted(contributors))
         return outcome
+
+
+def _receive(order: ServerOrder, spec: AnyStage, server: SecureSum, message: object) -> None:
+    """The server's receive of `message` in `spec`, taken only while that stage is open (:class:`ServerOrder`)."""
+    receive = spec.receive
+    assert receive is not None  # a stage whose parties upload a message has a server that takes it
+    order.receive(spec, message, partial(receive, server, message))
 
 
 def _verdict(peer: str, payload: bytes) -> None:
@@ -435,7 +438,7 @@ def _verdict(peer: str, payload: bytes) -> None:
 
 def _start_stage_before(stage: pb.Stage) -> pb.Stage | None:
     """The start stage (TRAIN or EVALUATE) whose aggregation's masked stage is `stage`, if it is one."""
-    for stages in (TRAINING, BOUNDED_TRAINING, EVALUATION):
+    for stages in AGGREGATIONS:
         if stage == stages.masked:
             return stages.start
     return None

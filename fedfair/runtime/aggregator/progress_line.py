@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from fedfair.runtime.aggregator.stages import StageProgress
-from fedfair.runtime.contract import BOUNDED_TRAINING, EVALUATION, TRAINING
+from fedfair.runtime.contract import AGGREGATIONS, EVALUATION, TRAINING
 from fedfair.runtime.transport import pb
 
 logger = logging.getLogger("fedfair.aggregator")
@@ -34,7 +34,7 @@ def log_progress(secure: bool, progress: StageProgress) -> None:
 
 def secure_noun(stage: pb.Stage) -> str | None:
     """What the uploads of the secure stage `stage` are, in whichever aggregation it belongs to."""
-    for stages in (TRAINING, BOUNDED_TRAINING, EVALUATION):
+    for stages in AGGREGATIONS:
         spec = stages.specs.get(stage)
         if spec is not None:
             return stages.noun(spec)

@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair import pki
 from fedfair.core.errors import ConfigError, RoundAbortedError
+from fedfair.core.files import kept_secret
 from fedfair.pki.identity import CredentialVerifier, public_key_from_certificate
 from fedfair.runtime.contract import RoundParameters, Stages, identities, round_setup
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
@@ -27,6 +28,16 @@ from fedfair.runtime.plan.influence import InfluenceSettings
 from fedfair.runtime.transport import TlsFiles
 from fedfair.runtime.transport.security import PeerAuthenticator
 from fedfair.secagg.round import RoundSetup
+
+
+NOISE_SECRET_NAME = "noise.secret"
+"""The file, in the aggregator's output folder, of the secret its bounded rounds' noise keys derive from: kept there
+rather than derived from its identity key, so a renewed key draws a round run again's noise as its first run did."""
+
+_SECRET_FIX = (
+    "it is written by the aggregator alone: restore it from the output folder's backup; a new one would noise a round "
+    "run again afresh, and the auditor could average the two draws"
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,7 @@ class RoundIdentities:
         it was admitted (a ConfigError for a name with none: a peer never connected).
     influence, batch_fraction: the plan's [influence] and batch fraction, which fix each site's weight and bound.
     noise_mu: dimension -> the auditor's noise (:func:`~fedfair.runtime.plan.bounded_noise.bounded_noise_mu`).
+    noise_secret: what the aggregator's noise keys derive from (:data:`NOISE_SECRET_NAME` in its output folder).
     """
 
     name: str
@@ -48,6 +60,7 @@ class RoundIdentities:
     influence: InfluenceSettings
     batch_fraction: float
     noise_mu: Callable[[int], float]
+    noise_secret: bytes = field(repr=False)
 
 
 def relayed_identities(
@@ -109,6 +122,7 @@ def aggregator_identities(
         plan.influence,
         plan.batch_fraction,
         functools.partial(bounded_noise_mu, plan, len(plan.collaborators)),
+        kept_secret(plan.aggregator.output / NOISE_SECRET_NAME, _SECRET_FIX),
     )
 
 
@@ -132,4 +146,5 @@ def aggregator_setup(
         auditor=held.auditor,
         identity_key=held.identity_key,
         noise_mu=held.noise_mu(parameters.dimension),
+        noise_secret=held.noise_secret,
     )

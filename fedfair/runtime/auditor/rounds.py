@@ -20,7 +20,7 @@ import numpy as np
 
 from fedfair.core.errors import IdentityError, ProtocolError, VerificationError
 from fedfair.runtime.auditor.config import AuditorConfig, AuditorIdentity
-from fedfair.runtime.auditor.totals import FirstTotals, NoiseKeys, TotalledRound
+from fedfair.runtime.auditor.totals import TotalledRound, kept_state
 from fedfair.runtime.contract import BOUNDED_TRAINING, RoundParameters, relayed_keys, round_setup
 from fedfair.runtime.manifest import pinned_verifier
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
@@ -59,11 +59,10 @@ class AuditorRounds:
         """The rounds whose TOTAL the auditor uploaded: it decided every site of them."""
         self.tagged: list[int] = []
         """The rounds whose total the auditor tagged under their verdict record (DECIDE): its last upload of each."""
-        self.totals = FirstTotals(config.folder, fresh_each_round=shared.privacy.distributed)
+        self.totals, self.noise_keys = kept_state(config.folder, fresh_each_round=shared.privacy.distributed)
         """The sites each set of inputs was first totalled over, across restarts: the same inputs (a round run again,
-        a later round on a void round's model) are totalled over the same sites or not at all."""
-        self.noise_keys = NoiseKeys(config.folder)
-        """What each round's noise is drawn from: a round run again carries the same noise."""
+        a later round on a void round's model) are totalled over the same sites or not at all; and what each round's
+        noise is drawn from: a round run again carries the same noise."""
 
     def input_limit(self, binding: pb.Binding) -> int:
         """The most bytes the input of `binding`'s stage may hold: the parameters' limit, then the round's largest.

@@ -8,13 +8,14 @@ different sites could be subtracted. So each first total's sites are written (at
 
 The same inputs over the same sites carry the same noise, or two draws could be averaged: each round's noise is
 drawn from a key derived from the round's name and a secret kept in the auditor's folder (:class:`NoiseKeys`).
+The two are kept together (:func:`kept_state`): a folder holding one without the other lost it, and an auditor
+that started afresh from it would total a round run again over other sites, or noise it afresh, so it is refused.
 Why: docs/security.md, "A round run again".
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -22,14 +23,12 @@ from typing import TypeVar
 from cryptography.hazmat.primitives import hashes, hmac
 
 from fedfair.core.errors import ConfigError
-from fedfair.core.files import atomic_write, read_json
+from fedfair.core.files import atomic_write, kept_secret, read_json
 
 TOTALS_NAME = "totals.json"
 """The file, in the auditor's folder, of every round it totalled and over which sites."""
 NOISE_SECRET_NAME = "noise.secret"
 """The file, in the auditor's folder, of the secret every round's noise key is derived from."""
-SECRET_BYTES = 32
-
 T = TypeVar("T")
 
 _FIX = (
@@ -79,12 +78,21 @@ class FirstTotals:
             if kept.same_inputs(total, fresh_each_round=self.fresh_each_round):
                 return kept
         self._totals.append(total)
+        self.save()
+        return total
+
+    @property
+    def empty(self) -> bool:
+        """Whether this auditor has totalled nothing yet."""
+        return not self._totals
+
+    def save(self) -> None:
+        """Write every first total to the folder (atomically; an empty list before the first)."""
         entries = [
             {"federation_id": kept.federation_id, "round": kept.round, "model": kept.model, "sites": sorted(kept.sites)}
             for kept in self._totals
         ]
         atomic_write(self.path, lambda stream: stream.write(json.dumps(entries, indent=1).encode()))
-        return total
 
 
 class NoiseKeys:
@@ -97,21 +105,47 @@ class NoiseKeys:
 
     def __init__(self, folder: Path) -> None:
         """Read the secret in `folder`, or make it (ConfigError when the file is not one)."""
-        path = folder / NOISE_SECRET_NAME
-        if not path.exists():
-            atomic_write(path, lambda stream: stream.write(os.urandom(SECRET_BYTES)))
-        self._secret = path.read_bytes()
-        if len(self._secret) != SECRET_BYTES:
-            raise ConfigError(
-                f"{path}: not a {SECRET_BYTES}-byte secret; it is written by the auditor alone: restore it from a "
-                "backup; deleting it lets a round run again carry other noise than its first total's"
-            )
+        self._secret = kept_secret(
+            folder / NOISE_SECRET_NAME,
+            "it is written by the auditor alone: restore it from a backup; deleting it lets a round run again carry "
+            "other noise than its first total's",
+        )
 
     def key(self, federation_id: str, round_number: int, model: str) -> bytes:
         """The 32-byte key of the noise of round `round_number` of `federation_id` on the model `model`."""
         mac = hmac.HMAC(self._secret, hashes.SHA256())
         mac.update(json.dumps([federation_id, round_number, model]).encode())
         return mac.finalize()
+
+
+def kept_state(folder: Path, *, fresh_each_round: bool) -> tuple[FirstTotals, NoiseKeys]:
+    """The auditor's first totals and noise keys in `folder`, made together there when neither is.
+
+    A folder's first start writes an empty ``totals.json`` and then ``noise.secret``, so from then on both are there.
+
+    Raises:
+        ConfigError: one of them is missing beside the other (a partial restore, or a file deleted): a fresh secret
+            would noise a round run again afresh (two draws averaged leave half the noise's variance), and fresh
+            totals would let it be totalled over other sites (their difference is one site's input). The message
+            names the missing file and the fix.
+    """
+    totals_path, secret_path = folder / TOTALS_NAME, folder / NOISE_SECRET_NAME
+    if secret_path.exists() and not totals_path.exists():
+        raise ConfigError(
+            f"{totals_path} is missing beside {secret_path}: without it this auditor could total a round run again "
+            f"over other sites, whose difference is one site's input; restore the folder's {TOTALS_NAME} from a "
+            "backup, or give a new federation a new auditor folder"
+        )
+    totals = FirstTotals(folder, fresh_each_round=fresh_each_round)
+    if not totals.empty and not secret_path.exists():
+        raise ConfigError(
+            f"{secret_path} is missing beside {totals_path}, which records totals this auditor made: a new secret "
+            "would noise a round run again afresh, and two draws of its noise averaged leave half its variance; "
+            f"restore the folder's {NOISE_SECRET_NAME} from a backup, or give a new federation a new auditor folder"
+        )
+    if not totals_path.exists():
+        totals.save()
+    return totals, NoiseKeys(folder)
 
 
 def _read(path: Path) -> list[TotalledRound]:

@@ -32,7 +32,7 @@ from fedfair.core.errors import (
     VerifyReason,
 )
 from fedfair.runtime.collaborator.outcome import Excluded
-from fedfair.runtime.collaborator.steps import Participant, StageInput, Work
+from fedfair.runtime.collaborator.steps import Participant, StageInput, Step, Work, register_kind_steps
 from fedfair.runtime import faults
 from fedfair.runtime.contract import ACCEPTED, RoundParameters, relayed_keys, round_setup
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
@@ -42,7 +42,8 @@ from fedfair.secagg.bounded.parameters import round_parameters
 from fedfair.secagg.bounded.peers import BoundedSite
 from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord
 from fedfair.secagg.bounded.shares import encode_within_bound, honest_witness
-from fedfair.secagg.round import RoundSetup
+from fedfair.secagg.round import AnyStage, RoundSetup, SecureRound
+from fedfair.secagg.bounded.stages import BOUNDED_ROUND
 from fedfair.secagg.pieces import Pieces, placed
 
 logger = logging.getLogger("fedfair.collaborator")
@@ -252,3 +253,15 @@ def site_setup(me: Participant, parameters: RoundParameters) -> RoundSetup:
 def _not_asked() -> np.ndarray:
     """The encoded input, which only SHARE takes."""
     raise ProtocolError("only SHARE takes this site's encoded update")
+
+
+def _bounded_steps(protocol: SecureRound) -> dict[AnyStage, Step]:
+    """The bounded sum's own steps: a site takes SHARE, DECIDE and VERIFY alone, each the runtime's own."""
+    return {
+        protocol.spec(protocol.contribution): share,
+        protocol.spec(protocol.committed): decide,
+        protocol.verify_stages[0]: verify,
+    }
+
+
+register_kind_steps(BOUNDED_ROUND.name, _bounded_steps)

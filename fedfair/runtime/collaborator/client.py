@@ -428,7 +428,7 @@ class Collaborator(TaskStream):
         masked input, above RESUMMED_WORDS) in an unlinked file beside the site's config, mapped.
         """
         evaluation_words = 0
-        if task.binding.stage in (pb.STAGE_EVAL_VERIFY_CLAIM, pb.STAGE_EVAL_VERIFY_TAGS):
+        if task.binding.stage in EVALUATION.specs:  # its sums' length caps a claim or a tag set of them
             evaluation_words = self.participant.aggregation(EVALUATION, task.binding.round)[1]
         limit = input_limit(task, self.shared.collaborator_count, self.parameters, evaluation_words)
         if task.binding.stage in TAG_SETS and large(task.input_size):

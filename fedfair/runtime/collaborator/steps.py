@@ -18,13 +18,22 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import numpy as np
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
 
-from fedfair.core.errors import ManifestError, ProtocolError, Refusal, RefusedError, VerificationError, VerifyReason
+from fedfair.core.errors import (
+    ConfigError,
+    ManifestError,
+    ProtocolError,
+    Refusal,
+    RefusedError,
+    VerificationError,
+    VerifyReason,
+)
 from fedfair.datasets.statistics import statistics_dimension
 from fedfair.fairness import sums
 from fedfair.pki.identity import CredentialVerifier
@@ -49,9 +58,11 @@ from fedfair.secagg import Client, EncodingConfig
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.bounded.peers import BoundedSite
 from fedfair.secagg.graph import canonical_roster
-from fedfair.secagg.round import SecureRound, StageSpec
+from fedfair.secagg.round import AnyStage, PartyOrder, SECURE_ROUND, SecureRound
 from fedfair.secagg.verify_client import PLAIN_PIECE
 from fedfair.secagg.wire import Stage as SecAggStage
+
+_Upload = TypeVar("_Upload")
 
 StageInput = bytes | memoryview
 """A stage's input: bytes, or for a claimed sum or a tag set (:data:`~fedfair.runtime.collaborator.uplink.CLAIMS`,
@@ -84,6 +95,8 @@ class Work:
     weight: float
     client: Client | BoundedSite | None = None
     """This round's party state: the masked round's client, or the bounded sum's site."""
+    order: PartyOrder | None = None
+    """Where the masked round's client stands in the round's stages, once it began the round."""
     withdrawn: bool = False
     encoded: np.ndarray | None = None
     """The fixed-point encoding of (vector, weight), made before the masking stage needs it."""
@@ -261,8 +274,9 @@ def advertise(me: Participant, work: Work, inputs: StageInput) -> bytes:
     # No copy of the encoded input is kept for a verified aggregation: the tag step hands the client the words as
     # the record keeps them on disk (:func:`tag`).
     work.client = protocol.client(config, me.name, me.identity_key, me.credential, me.verify)
+    work.order = PartyOrder(protocol.stages(True))
     first = protocol.sum_stages[0]
-    return bytes(first.step(work.client, None, _not_asked).to_bytes())
+    return bytes(_take(work, first, partial(first.step, work.client, None, _not_asked)).to_bytes())
 
 
 def masked(me: Participant, work: Work, inputs: StageInput) -> bytes | Pieces:
@@ -276,7 +290,7 @@ def masked(me: Participant, work: Work, inputs: StageInput) -> bytes | Pieces:
     if not me.shared.secure_aggregation.enabled:
         assert work.vector is not None  # the process withdraws before any step when it has nothing
         me.check_parameters(work, inputs)
-        return plain_upload(work.vector, work.weight, work.stages.masked)
+        return plain_upload(work.vector, work.weight, work.stages.plain_values)
     spec = work.stages.protocol.spec(SecAggStage.MASK)
     client = _started(work, spec)
     if work.encoded is not None:
@@ -288,7 +302,7 @@ def masked(me: Participant, work: Work, inputs: StageInput) -> bytes | Pieces:
     work.encoded = None  # masked in place: never reuse it
     received = _received(spec, inputs)
     # In pieces: the masked words travel from their own memory, never copied whole into one message.
-    pieces: Pieces = spec.step(client, received, lambda: encoded).to_pieces()
+    pieces: Pieces = _take(work, spec, partial(spec.step, client, received, lambda: encoded)).to_pieces()
     return pieces
 
 
@@ -317,7 +331,7 @@ def consistency(me: Participant, work: Work, inputs: StageInput) -> bytes:
             "this input was already signed for with other survivors (in an earlier session or round, or before "
             "a restart); two sums over different survivors would let the aggregator subtract one from the other",
         )
-    signature = spec.step(client, survivor_set, _not_asked)
+    signature = _take(work, spec, partial(spec.step, client, survivor_set, _not_asked))
     work.view.bind(survivors)  # kept on disk before the signature leaves
     return bytes(signature.to_bytes())
 
@@ -338,7 +352,7 @@ def tag(me: Participant, work: Work, inputs: StageInput) -> bytes:
         raise VerificationError(work.round, VerifyReason.MALFORMED, f"the claimed sum is unreadable: {error}") from None
     # The encoded input as the record kept it on disk (the job's view once it settled), read back a piece at a time
     # and handed down: no copy of the d + 1 words is held from masking to tagging.
-    return bytes(client.tag(claim, work.view.read_words(PLAIN_PIECE)).to_bytes())
+    return bytes(_take(work, spec, partial(client.tag, claim, work.view.read_words(PLAIN_PIECE))).to_bytes())
 
 
 def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
@@ -359,7 +373,7 @@ def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
         tags = _received(spec, inputs)
     except ProtocolError as error:
         raise VerificationError(work.round, VerifyReason.MALFORMED, f"the tags are unreadable: {error}") from None
-    verified = spec.step(client, tags, _not_asked)
+    verified = _take(work, spec, partial(spec.step, client, tags, _not_asked))
     if work.stages is TRAINING and work.view.survivors is not None:
         me.chain.verified(work.round, verified, work.view.survivors, client.config.encoder)
     elif work.stages is EVALUATION and work.view.survivors is not None:
@@ -367,7 +381,7 @@ def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
     return ACCEPTED
 
 
-def client_step(spec: StageSpec) -> Step:
+def client_step(spec: AnyStage) -> Step:
     """The step of a stage that asks nothing of the runtime: the round's client takes the stage's input."""
 
     def step(me: Participant, work: Work, inputs: StageInput) -> bytes:
@@ -375,20 +389,38 @@ def client_step(spec: StageSpec) -> Step:
 
         Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when this party did not take the stages before it.
         """
-        return bytes(spec.step(_started(work, spec), _received(spec, inputs), _not_asked).to_bytes())
+        client = _started(work, spec)
+        return bytes(_take(work, spec, partial(spec.step, client, _received(spec, inputs), _not_asked)).to_bytes())
 
     return step
 
 
 Step = Callable[[Participant, Work, StageInput], bytes | Pieces]
 
+KindSteps = Callable[[SecureRound], dict[AnyStage, Step]]
+"""A kind of round's own collaborator steps: for each stage where the runtime adds to its client's step, the step."""
 
-def verdicts_stage(protocol: SecureRound) -> StageSpec:
+KIND_STEPS: dict[str, KindSteps] = {}
+"""Each kind of round (:attr:`SecureRound.name`) -> its own collaborator steps, as the kinds register them."""
+
+
+def register_kind_steps(kind: str, steps: KindSteps) -> None:
+    """Plug a kind of round's own collaborator steps in: every other stage of it runs its client's step.
+
+    Raises:
+        ConfigError: `kind` registered its steps already.
+    """
+    if kind in KIND_STEPS:
+        raise ConfigError(f"the round kind {kind!r} registered its collaborator steps already")
+    KIND_STEPS[kind] = steps
+
+
+def verdicts_stage(protocol: SecureRound) -> AnyStage:
     """The verifying stage whose uploads are the survivors' verdicts (no message: :data:`ACCEPTED`)."""
     return next(spec for spec in protocol.verify_stages if spec.upload is None)
 
 
-def _started(work: Work, spec: StageSpec) -> Any:
+def _started(work: Work, spec: AnyStage) -> Any:
     """The round's client, once this party began the round; else it cannot take `spec`'s stage.
 
     Raises:
@@ -399,7 +431,20 @@ def _started(work: Work, spec: StageSpec) -> Any:
     return work.client
 
 
-def _received(spec: StageSpec, inputs: StageInput) -> Any:
+def _take(work: Work, spec: AnyStage, step: Callable[[], _Upload]) -> _Upload:
+    """Run `step`, this party's step of `spec`, in the round's order (:class:`~fedfair.secagg.round.PartyOrder`).
+
+    Raises:
+        RefusedError: reason :attr:`Refusal.WITHDRAWN` where this party did not begin the round
+            (:attr:`StageSpec.unready`).
+        ProtocolError: `spec` is out of the round's order.
+    """
+    if work.order is None:
+        raise RefusedError(Refusal.WITHDRAWN, spec.unready)
+    return work.order.take(spec, step)
+
+
+def _received(spec: AnyStage, inputs: StageInput) -> Any:
     """The stage's input message, parsed (a claimed sum straight from the buffer it arrived in)."""
     assert spec.received is not None  # only the first stage's input is the runner's own
     return spec.received(inputs)
@@ -408,3 +453,23 @@ def _received(spec: StageSpec, inputs: StageInput) -> Any:
 def _not_asked() -> np.ndarray:
     """The encoded input, which only the masking stage asks for."""
     raise ProtocolError("only the masking stage takes this party's encoded input")
+
+
+def _masked_steps(protocol: SecureRound) -> dict[AnyStage, Step]:
+    """The masked round's own steps, where the runtime adds to its client's.
+
+    The first checks the round's parameters and starts the client, masking encodes the contribution (or sends it
+    plain), the survivors' signature is bound on disk first, and the verifying stages stop the site on a bad sum.
+    """
+    steps: dict[AnyStage, Step] = {
+        protocol.sum_stages[0]: advertise,
+        protocol.spec(SecAggStage.MASK): masked,
+        protocol.spec(SecAggStage.CONSISTENCY): consistency,
+    }
+    if protocol.verify_stages:
+        steps[protocol.verify_stages[0]] = tag
+        steps[verdicts_stage(protocol)] = verdict
+    return steps
+
+
+register_kind_steps(SECURE_ROUND.name, _masked_steps)

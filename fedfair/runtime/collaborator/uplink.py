@@ -22,9 +22,7 @@ import grpc
 import numpy as np
 
 from fedfair.core.errors import WireError
-from fedfair.runtime.contract import EVALUATION, TRAINING
-from fedfair.secagg.bounded.stages import record_bytes
-from fedfair.secagg.config import fallback_tag_set_bytes, resummed_claim_bytes
+from fedfair.runtime.contract import AGGREGATIONS, EVALUATION, TRAINING
 from fedfair.runtime.transport import (
     Forwarder,
     Pieces,
@@ -36,18 +34,12 @@ from fedfair.runtime.transport import (
     pb_grpc,
     read_model,
 )
+from fedfair.secagg.round import roster_input
 
 logger = logging.getLogger("fedfair.collaborator")
 
 RPC_SECONDS = 60.0
 """Upper bound on one request besides a stage's own deadline (a stalled peer cannot hang us)."""
-
-PER_PARTY_STAGE_BYTES = 64 << 10
-"""A secure-aggregation stage's input per party of the roster: a signed advertisement with its
-certificate, or a share, a signature or a name (each under 4 KiB in practice), with room to spare."""
-
-BASE_STAGE_BYTES = 1 << 20
-"""What a stage's input may hold beside its per-party part (the round's public parameters)."""
 
 ENCODER_BYTES = 16 << 20
 """The federation's encoder that a start stage carries under a [schema] (category lists, statistics)."""
@@ -75,39 +67,23 @@ a view too."""
 def input_limit(task: pb.Task, collaborators: int, parameters: int, evaluation_words: int) -> int:
     """The most bytes this institution reads for `task`'s input, from its pinned plan.
 
-    The final bundle (a fixed cap plus the model's size), a start stage's encoder (a fixed cap), the claimed sum
-    of verified aggregation (a fixed part plus the model's size; an evaluation's, `evaluation_words`, the length
-    its plan gives that round's evaluation or statistics sums), a bounded sum's verdict record (both verifiers'
-    messages per site and the total, from the model's size) and its tag set (the auditor's entry beside the sites'),
-    or a secure-aggregation stage (a fixed part plus one per party of the plan's roster). The survivors' inputs
-    that a sum is re-summed from are admitted with the claim up to RESUMMED_WORDS, and above it with the tag set (a
-    round with a missing tag), never with both.
+    The final bundle (a fixed cap plus the model's size), a start stage's encoder (a fixed cap), or a secure stage's
+    input as its round's declaration caps it (:attr:`~fedfair.secagg.round.StageSpec.input_bytes`) for the plan's
+    roster and the most words one of the aggregation's sums may hold: a training round's 2 (d + 1) values with drift
+    correction, padded to a power of two under noise (below 4 (d + 2)), an evaluation's `evaluation_words` (the
+    length its plan gives that round's evaluation or statistics sums) and its weight. A stage no declaration names
+    takes a fixed part and one per party of the roster.
     """
     if task.action == pb.ACTION_FINISHED:
         return BUNDLE_BYTES + BUNDLE_BYTES_PER_PARAMETER * parameters
     if task.binding.stage in (pb.STAGE_TRAIN, pb.STAGE_EVALUATE):
         return ENCODER_BYTES
-    if task.binding.stage == pb.STAGE_VERIFY_CLAIM:
-        # The claimed sum: at most 2 (d + 1) values with drift correction, padded to a power of two under noise
-        # (below 4 (d + 2)), one word of at most 8 bytes each; where the round re-sums, the survivors' inputs too.
-        words = 4 * (parameters + 2)
-        return BASE_STAGE_BYTES + 8 * words + resummed_claim_bytes(collaborators, words)
-    if task.binding.stage == pb.STAGE_EVAL_VERIFY_CLAIM:
-        # The claimed evaluation sums, its plan's length, and where the round re-sums, the survivors' inputs.
-        words = evaluation_words + 2
-        return BASE_STAGE_BYTES + 8 * words + resummed_claim_bytes(collaborators, words)
-    tags = BASE_STAGE_BYTES + PER_PARTY_STAGE_BYTES * collaborators
-    if task.binding.stage == pb.STAGE_BOUNDED_DECIDE:
-        # The verdict record (stages.record_bytes), d at most 4 (parameters + 2) as for a claim.
-        return tags + record_bytes(collaborators, 4 * (parameters + 2))
-    if task.binding.stage == pb.STAGE_BOUNDED_VERIFY:
-        return tags + PER_PARTY_STAGE_BYTES  # every accepted site's tags, and the auditor's
-    if task.binding.stage == pb.STAGE_VERIFY_TAGS:
-        # Above RESUMMED_WORDS a round with a missing tag sends the survivors' inputs with the tags, to re-sum.
-        return tags + fallback_tag_set_bytes(collaborators, 4 * (parameters + 2))
-    if task.binding.stage == pb.STAGE_EVAL_VERIFY_TAGS:
-        return tags + fallback_tag_set_bytes(collaborators, evaluation_words + 2)
-    return tags
+    for stages in AGGREGATIONS:
+        spec = stages.specs.get(task.binding.stage)
+        if spec is not None:
+            words = evaluation_words + 2 if stages is EVALUATION else 4 * (parameters + 2)
+            return spec.input_bytes(collaborators, words)
+    return roster_input(collaborators, 0)
 
 
 def federation_stub(channel: grpc.Channel) -> pb_grpc.FederationStub:

@@ -14,6 +14,7 @@ from typing import Any
 
 from fedfair.core.errors import ConfigError
 from fedfair.runtime.output_folder import COMPARISON_NAME, EVENTS_NAME, ROUND_LOG_NAME
+from fedfair.secagg.round import stage_words
 
 ROUND_LOG_FIX = (
     "a torn last line is dropped by `fedfair aggregator start --resume`; otherwise restore the file from a backup"
@@ -191,29 +192,22 @@ def epsilon_series(run: Run) -> dict[str, tuple[list[int], list[float]]]:
     return series
 
 
-STAGE_WORDS: dict[str, str] = {
-    "JOIN": "joining",
-    "TRAIN": "training",
-    "ADVERTISE_KEYS": "key exchange",
-    "SHARE_KEYS": "sharing key parts",
-    "CHECK_SHARES": "checking key parts",
-    "MASKED_INPUT": "upload",
-    "CONSISTENCY": "agreeing who is in",
-    "UNMASK": "unmasking the sum",
-    "EVALUATE": "evaluation",
-}
-"""Each stage of a round in words a reader of the report knows (the protocol's names are in rounds.jsonl)."""
+START_WORDS: dict[str, str] = {"JOIN": "joining", "TRAIN": "training", "EVALUATE": "evaluation"}
+"""The runtime's own stages, before a secure round's, in words a reader of the report knows; a secure round's stages
+say theirs in their declaration (:attr:`~fedfair.secagg.round.StageSpec.words`). The protocol's names are in
+rounds.jsonl."""
 
 
 def stage_label(stage: str) -> str:
     """A stage's name as the page shows it.
 
-    "upload" for "STAGE_MASKED_INPUT", "evaluation: upload" for "STAGE_EVAL_MASKED_INPUT"; a stage this table
-    does not know, in lower case.
+    "upload" for "STAGE_MASKED_INPUT", "evaluation: upload" for "STAGE_EVAL_MASKED_INPUT"; a stage with no words of
+    its own, in lower case.
     """
     name = stage.removeprefix("STAGE_")
     evaluation = name.startswith("EVAL_")
-    words = STAGE_WORDS.get(name.removeprefix("EVAL_"), name.lower().replace("_", " "))
+    bare = name.removeprefix("EVAL_")
+    words = START_WORDS.get(bare) or stage_words(bare) or name.lower().replace("_", " ")
     return f"evaluation: {words}" if evaluation else words
 
 

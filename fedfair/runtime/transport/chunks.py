@@ -227,39 +227,33 @@ PLAIN_UNDERFLOW = 2.0**-150
 """...and a value below float32's normal range by at most half its smallest subnormal."""
 
 
-def plain_value_type(stage: pb.Stage) -> np.dtype[np.floating[Any]]:
-    """How a plain (unmasked) upload's values travel at `stage`: float32 for a training update, else float64.
-
-    The training update is the model-sized upload, and float32 halves it (32 bits a coordinate) at a
-    rounding of at most :func:`plain_rounding`, which the aggregator adds to the sum's error bound. An evaluation's or the statistics' sums are a few hundred values whose counts and totals are
-    stated exactly, so they keep float64.
-    """
-    return _DTYPES[pb.DTYPE_FLOAT32 if stage == pb.STAGE_MASKED_INPUT else pb.DTYPE_FLOAT64]
+PlainValues = np.dtype[np.floating[Any]]
+"""The wire type of a plain (unmasked) upload's values, which its aggregation states
+(:attr:`~fedfair.runtime.contract.Stages.plain_values`): float32 or float64."""
 
 
-def plain_rounding(magnitude: float, stage: pb.Stage) -> float:
-    """The most the wire type at `stage` moves a value of at most `magnitude`: 0 for float64, which is exact."""
-    return magnitude * PLAIN_ROUNDING + PLAIN_UNDERFLOW if plain_value_type(stage).itemsize == 4 else 0.0
+def plain_rounding(magnitude: float, wire: PlainValues) -> float:
+    """The most the wire type `wire` moves a value of at most `magnitude`: 0 for float64, which is exact."""
+    return magnitude * PLAIN_ROUNDING + PLAIN_UNDERFLOW if wire.itemsize == 4 else 0.0
 
 
-def plain_upload_size(dimension: int, stage: pb.Stage) -> int:
-    """The bytes of a plain upload of `dimension` values at `stage`, the weight included."""
-    return dimension * plain_value_type(stage).itemsize + PLAIN_WEIGHT.itemsize
+def plain_upload_size(dimension: int, wire: PlainValues) -> int:
+    """The bytes of a plain upload of `dimension` values in `wire`, the weight included."""
+    return dimension * wire.itemsize + PLAIN_WEIGHT.itemsize
 
 
-def plain_upload(values: np.ndarray, weight: float, stage: pb.Stage) -> bytes:
-    """A plain upload: `values` in :func:`plain_value_type`, then `weight`, little-endian."""
-    wire = np.ascontiguousarray(values, dtype=plain_value_type(stage))
-    return b"".join((wire.data, np.array(weight, dtype=PLAIN_WEIGHT).tobytes()))
+def plain_upload(values: np.ndarray, weight: float, wire: PlainValues) -> bytes:
+    """A plain upload: `values` in the wire type `wire`, then `weight`, little-endian."""
+    words = np.ascontiguousarray(values, dtype=wire)
+    return b"".join((words.data, np.array(weight, dtype=PLAIN_WEIGHT).tobytes()))
 
 
-def read_plain_upload(payload: bytes, stage: pb.Stage) -> tuple[np.ndarray, float]:
-    """(values, weight) of a plain upload; values is a read-only view of `payload`, in its wire type.
+def read_plain_upload(payload: bytes, wire: PlainValues) -> tuple[np.ndarray, float]:
+    """(values, weight) of a plain upload; values is a read-only view of `payload`, in its wire type `wire`.
 
     Raises:
         WireError: `payload` is no whole number of values before its weight.
     """
-    wire = plain_value_type(stage)
     size = len(payload) - PLAIN_WEIGHT.itemsize
     if size < 0 or size % wire.itemsize:
         raise WireError(f"a plain upload is {wire.name} values and a float64 weight, not {len(payload)} bytes")

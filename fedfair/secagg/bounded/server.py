@@ -29,7 +29,7 @@ from fedfair.secagg.bounded.verifying import BoundedSum, RoundVerifier
 from fedfair.secagg.codec import Writer
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import Decoded
-from fedfair.secagg.server_state import AggregateResult
+from fedfair.secagg.server import AggregateResult
 from fedfair.secagg.round import Opening, RoundSetup
 
 
@@ -37,18 +37,18 @@ VERIFIERS = 2
 """The verifiers that each add Skellam(noise_mu) to the total: the aggregator and the auditor."""
 
 
-def noise_key_of(identity_key: ec.EllipticCurvePrivateKey, config: SecAggConfig) -> bytes:
+def noise_key_of(noise_secret: bytes, config: SecAggConfig) -> bytes:
     """The key the aggregator's noise for the round of `config` is drawn from.
 
-    HKDF-SHA256 of its identity key's secret over the round's name (federation, session round, the model it trains,
-    `config.context`). A round run again on the same model gets the same key, so the auditor, which is sent each
-    run's verdict record, cannot average two draws; nobody without the aggregator's key can tell the noise before
-    the sites are told it.
+    HKDF-SHA256 of the aggregator's noise secret (kept in its output folder, beside its checkpoint) over the round's
+    name (federation, session round, the model it trains, `config.context`). A round run again on the same model gets
+    the same key, across restarts and a renewal of the aggregator's identity key, so the auditor, which is sent each
+    run's verdict record, cannot average two draws; nobody without the secret can tell the noise before the sites
+    are told it.
     """
     name = Writer().text(config.federation_id).u64(config.round).blob(config.context).getvalue()
-    secret = identity_key.private_numbers().private_value.to_bytes(32, "big")
     derived = HKDF(hashes.SHA256(), 32, salt=None, info=b"fedfair bounded v1 aggregator noise key\x00" + name)
-    return derived.derive(secret)
+    return derived.derive(noise_secret)
 
 
 class BoundedServer:
@@ -94,13 +94,14 @@ class BoundedServer:
         Raises:
             ConfigError: the setup lacks the aggregator's identity key, or what :func:`round_parameters` needs.
         """
-        if setup.identity_key is None:
+        if setup.identity_key is None or not setup.noise_secret:
             raise ConfigError(
-                "the bounded sum's server signs its verdict record: give it the aggregator's identity key"
+                "the bounded sum's server signs its verdict record and draws its noise: give it the aggregator's "
+                "identity key and noise secret"
             )
         names = {config.party_id(name): name for name in config.parties}
         parameters = round_parameters(config, setup)
-        return cls(parameters, setup.identity_key, setup.public, names, noise_key_of(setup.identity_key, config))
+        return cls(parameters, setup.identity_key, setup.public, names, noise_key_of(setup.noise_secret, config))
 
     @property
     def context(self) -> BoundedContext:

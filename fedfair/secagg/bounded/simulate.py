@@ -35,7 +35,7 @@ from fedfair.secagg.bounded.total import SignedTags, TagSet, record_digest
 from fedfair.secagg.bounded.upload import SealedSeed
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import BoundedSum
-from fedfair.secagg.round import Opening, StageSpec
+from fedfair.secagg.round import AnyStage, Opening
 
 
 @dataclass
@@ -155,7 +155,7 @@ def simulate_bounded_round(
         seconds[role] += clock() - started
         return outcome
 
-    def take(spec: StageSpec, party: int, received: Any) -> None:
+    def take(spec: AnyStage, party: int, received: Any) -> None:
         """``party`` takes the stage's step; the aggregator receives its upload (a site's verified total: kept)."""
         if spec.stage is BoundedStage.DECIDE and party != AUDITOR:
             try:

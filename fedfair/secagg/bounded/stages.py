@@ -11,6 +11,7 @@ SECURE_ROUND's; its server (:class:`~fedfair.secagg.bounded.server.BoundedServer
 from __future__ import annotations
 
 import enum
+import operator
 
 from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded.exchange import AuditorTotal, Reveal
@@ -30,7 +31,16 @@ from fedfair.secagg.bounded.server import BoundedServer
 from fedfair.secagg.bounded.total import CHALLENGE_ROWS, SignedTags, TagSet
 from fedfair.secagg.bounded.verifying import BoundedSum
 from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.round import MESSAGE_OVERHEAD_BYTES, Opening, SecureRound, StageSpec, Uploaders, small_upload
+from fedfair.secagg.round import (
+    MESSAGE_OVERHEAD_BYTES,
+    Opening,
+    SecureRound,
+    StageSpec,
+    Uploaders,
+    register_round_kind,
+    roster_input,
+    small_upload,
+)
 
 
 class BoundedStage(enum.IntEnum):
@@ -97,6 +107,16 @@ def tags_upload(config: SecAggConfig) -> int:
     return MESSAGE_OVERHEAD_BYTES + field.ELEMENT_BYTES * CHALLENGE_ROWS
 
 
+def record_input(sites: int, words: int) -> int:
+    """The largest DECIDE input: the verdict record, for a d of at most `words` as for a claim, and a part per site."""
+    return roster_input(sites, words) + record_bytes(sites, words)
+
+
+def auditor_tags_input(sites: int, words: int) -> int:
+    """The largest VERIFY input: every accepted site's tags, and the auditor's."""
+    return roster_input(sites + 1, words)
+
+
 def record_bytes(sites: int, dimension: int) -> int:
     """The most a verdict record holds beside its framing, for `sites` sites and d = `dimension`.
 
@@ -106,117 +126,122 @@ def record_bytes(sites: int, dimension: int) -> int:
     return field.ELEMENT_BYTES * (sites * 2 * (dimension // 8 + WITNESS_ROOM) + dimension)
 
 
-BOUNDED_ROUND = SecureRound(
-    name="bounded-v2",
-    sum_stages=(
-        StageSpec(
-            BoundedStage.AUDITOR_KEY,
-            "BOUNDED_AUDITOR_KEY",
-            "auditor round keys",
-            "evaluation auditor round keys",
-            received=None,
-            step=lambda auditor, _parameters, _own: auditor.round_key(),
-            upload=SignedRoundKey.from_bytes,
-            receive=BoundedServer.receive_round_key,
-            close=BoundedServer.open_shares,
-            upload_bytes=small_upload,
-            unready="this round's auditor was never started",
-            uploaders=Uploaders.AUDITOR,
+BOUNDED_ROUND = register_round_kind(
+    SecureRound(
+        name="bounded-v2",
+        sum_stages=(
+            StageSpec(
+                BoundedStage.AUDITOR_KEY,
+                "BOUNDED_AUDITOR_KEY",
+                "auditor round keys",
+                "evaluation auditor round keys",
+                received=None,
+                step=lambda auditor, _parameters, _own: auditor.round_key(),
+                upload=SignedRoundKey.from_bytes,
+                receive=BoundedServer.receive_round_key,
+                close=BoundedServer.open_shares,
+                upload_bytes=small_upload,
+                unready="this round's auditor was never started",
+                uploaders=Uploaders.AUDITOR,
+            ),
+            StageSpec(
+                BoundedStage.SHARE,
+                "BOUNDED_SHARE",
+                "bounded shares",
+                "evaluation bounded shares",
+                received=ShareOpening.from_bytes,
+                step=lambda site, opening, own: site.share(opening.round_key, own()),
+                upload=SiteShare.from_bytes,
+                receive=BoundedServer.receive_share,
+                close=BoundedServer.relay_seeds,
+                upload_bytes=share_upload,
+                unready="the auditor sent no round key this round",
+            ),
+            StageSpec(
+                BoundedStage.ROSTERS,
+                "BOUNDED_ROSTERS",
+                "auditor rosters",
+                "evaluation auditor rosters",
+                received=SeedRelay.from_bytes,
+                step=lambda auditor, relay, _own: auditor.exchange_rosters(relay),
+                upload=auditor_rosters,
+                receive=BoundedServer.receive_auditor_roster,
+                close=BoundedServer.send_seed,
+                upload_bytes=small_upload,
+                unready="no site shared its update this round",
+                uploaders=Uploaders.AUDITOR,
+            ),
+            StageSpec(
+                BoundedStage.MESSAGES,
+                "BOUNDED_MESSAGES",
+                "auditor verifier messages",
+                "evaluation auditor verifier messages",
+                received=aggregator_seed,
+                step=lambda auditor, seed, _own: auditor.exchange_messages(seed),
+                upload=auditor_messages,
+                receive=BoundedServer.receive_auditor_messages,
+                close=BoundedServer.send_reveal,
+                upload_bytes=messages_upload,
+                unready="the auditor sent no roster this round",
+                uploaders=Uploaders.AUDITOR,
+            ),
+            StageSpec(
+                BoundedStage.TOTAL,
+                "BOUNDED_TOTAL",
+                "auditor totals",
+                "evaluation auditor totals",
+                received=Reveal.from_bytes,
+                step=lambda auditor, reveal, _own: auditor.total(reveal),
+                upload=AuditorTotal.from_bytes,
+                receive=BoundedServer.receive_total,
+                close=BoundedServer.send_record,
+                upload_bytes=total_upload,
+                unready="the auditor sent no verifier messages this round",
+                uploaders=Uploaders.AUDITOR,
+            ),
+            StageSpec(
+                BoundedStage.DECIDE,
+                "BOUNDED_DECIDE",
+                "verdicts on the verdict record",
+                "verdicts on the evaluation verdict record",
+                received=VerdictRecord.from_bytes,
+                step=lambda peer, record, _own: peer.decide(record),
+                upload=SignedTags.from_bytes,
+                receive=BoundedServer.receive_tags,
+                close=None,
+                upload_bytes=tags_upload,
+                input_bytes=record_input,
+                unready="no bounded share was sent this round",
+                withheld=BoundedServer.tags_withheld,
+                uploaders=Uploaders.PARTIES | Uploaders.AUDITOR,
+            ),
         ),
-        StageSpec(
-            BoundedStage.SHARE,
-            "BOUNDED_SHARE",
-            "bounded shares",
-            "evaluation bounded shares",
-            received=ShareOpening.from_bytes,
-            step=lambda site, opening, own: site.share(opening.round_key, own()),
-            upload=SiteShare.from_bytes,
-            receive=BoundedServer.receive_share,
-            close=BoundedServer.relay_seeds,
-            upload_bytes=share_upload,
-            unready="the auditor sent no round key this round",
+        verify_stages=(
+            StageSpec(
+                BoundedStage.VERIFY,
+                "BOUNDED_VERIFY",
+                "verdicts on the bounded total",
+                "verdicts on the evaluation bounded total",
+                received=TagSet.from_bytes,
+                step=lambda site, tags, _own: site.verify(tags),
+                upload=None,
+                receive=None,
+                close=None,
+                upload_bytes=small_upload,
+                input_bytes=auditor_tags_input,
+                unready="no bounded share was sent this round",
+            ),
         ),
-        StageSpec(
-            BoundedStage.ROSTERS,
-            "BOUNDED_ROSTERS",
-            "auditor rosters",
-            "evaluation auditor rosters",
-            received=SeedRelay.from_bytes,
-            step=lambda auditor, relay, _own: auditor.exchange_rosters(relay),
-            upload=auditor_rosters,
-            receive=BoundedServer.receive_auditor_roster,
-            close=BoundedServer.send_seed,
-            upload_bytes=small_upload,
-            unready="no site shared its update this round",
-            uploaders=Uploaders.AUDITOR,
-        ),
-        StageSpec(
-            BoundedStage.MESSAGES,
-            "BOUNDED_MESSAGES",
-            "auditor verifier messages",
-            "evaluation auditor verifier messages",
-            received=aggregator_seed,
-            step=lambda auditor, seed, _own: auditor.exchange_messages(seed),
-            upload=auditor_messages,
-            receive=BoundedServer.receive_auditor_messages,
-            close=BoundedServer.send_reveal,
-            upload_bytes=messages_upload,
-            unready="the auditor sent no roster this round",
-            uploaders=Uploaders.AUDITOR,
-        ),
-        StageSpec(
-            BoundedStage.TOTAL,
-            "BOUNDED_TOTAL",
-            "auditor totals",
-            "evaluation auditor totals",
-            received=Reveal.from_bytes,
-            step=lambda auditor, reveal, _own: auditor.total(reveal),
-            upload=AuditorTotal.from_bytes,
-            receive=BoundedServer.receive_total,
-            close=BoundedServer.send_record,
-            upload_bytes=total_upload,
-            unready="the auditor sent no verifier messages this round",
-            uploaders=Uploaders.AUDITOR,
-        ),
-        StageSpec(
-            BoundedStage.DECIDE,
-            "BOUNDED_DECIDE",
-            "verdicts on the verdict record",
-            "verdicts on the evaluation verdict record",
-            received=VerdictRecord.from_bytes,
-            step=lambda peer, record, _own: peer.decide(record),
-            upload=SignedTags.from_bytes,
-            receive=BoundedServer.receive_tags,
-            close=None,
-            upload_bytes=tags_upload,
-            unready="no bounded share was sent this round",
-            withheld=BoundedServer.tags_withheld,
-            uploaders=Uploaders.PARTIES | Uploaders.AUDITOR,
-        ),
-    ),
-    verify_stages=(
-        StageSpec(
-            BoundedStage.VERIFY,
-            "BOUNDED_VERIFY",
-            "verdicts on the bounded total",
-            "verdicts on the evaluation bounded total",
-            received=TagSet.from_bytes,
-            step=lambda site, tags, _own: site.verify(tags),
-            upload=None,
-            receive=None,
-            close=None,
-            upload_bytes=small_upload,
-            unready="no bounded share was sent this round",
-        ),
-    ),
-    server=BoundedServer.for_round,
-    client=bounded_peer,
-    open_sum=_the_auditor,
-    open_verification=_tag_set,
-    contribution=BoundedStage.SHARE,
-    committed=BoundedStage.DECIDE,
-    auditor=AUDITOR,
-    binds_roster_at=BoundedStage.SHARE,
+        server=BoundedServer.for_round,
+        client=bounded_peer,
+        open_sum=_the_auditor,
+        open_verification=_tag_set,
+        contribution=BoundedStage.SHARE,
+        committed=BoundedStage.DECIDE,
+        auditor=AUDITOR,
+        binds_roster_at=BoundedStage.SHARE,
+        evidence=operator.attrgetter("record"),
+    )
 )
 """The bounded secure sum: AUDITOR_KEY, SHARE, ROSTERS, MESSAGES, TOTAL, DECIDE; then VERIFY, which checks its total."""
 

@@ -21,7 +21,12 @@ from fedfair.fairness import sums
 from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, model_digest
 from fedfair.secagg.messages import SurvivorSet
 from tests.runtime.test_plan import aggregator_plan, schema_plan
-from tests.secagg.helpers import Harness, make_config
+from fedfair.secagg.round import SECURE_ROUND
+from fedfair.secagg.wire import Stage
+from tests.secagg.helpers import Harness, make_config, party_order_at
+
+SIGNING = SECURE_ROUND.spec(Stage.CONSISTENCY)
+"""The stage the consistency step takes: the survivors' signature of the view."""
 
 NO_PARTICIPANT: Any = SimpleNamespace(survivor_floor=2)
 """The consistency step needs nothing of the participant but its survivor floor (here the isolation bound)."""
@@ -31,7 +36,7 @@ def work_at_consistency(view: steps.SignedView) -> tuple[steps.Work, SurvivorSet
     """Party 1 of a five-party round, masked and waiting to sign; every party masked."""
     harness = Harness(make_config(parties=5))
     survivor_set = harness.through_masking([1, 2, 3, 4, 5])
-    work = steps.Work(1, TRAINING, None, 1.0, client=harness.clients[1], view=view)
+    work = steps.Work(1, TRAINING, None, 1.0, client=harness.clients[1], view=view, order=party_order_at(SIGNING))
     return work, survivor_set, harness
 
 
@@ -61,7 +66,9 @@ def test_survivors_below_the_manifests_round_size_are_refused_whatever_t_allows(
     # Five parties with t = 3 would unmask over three survivors; a manifest with min_round_size = 4 forbids it.
     harness = Harness(make_config(parties=5))
     survivor_set = harness.through_masking([1, 2, 3])
-    work = steps.Work(1, TRAINING, None, 1.0, client=harness.clients[1], view=steps.SignedView())
+    work = steps.Work(
+        1, TRAINING, None, 1.0, client=harness.clients[1], view=steps.SignedView(), order=party_order_at(SIGNING)
+    )
     with pytest.raises(RefusedError, match="only 3 survivors, fewer than the 4"):
         steps.consistency(SimpleNamespace(survivor_floor=4), work, survivor_set.to_bytes())
     assert work.client is not None and work.client.signed_view is None and work.view.survivors is None
@@ -84,7 +91,9 @@ def test_a_binding_survives_a_restart_and_refuses_other_survivors(tmp_path: Path
     smaller = fewer.through_masking([1, 2, 3, 4])
     with pytest.raises(RefusedError, match="already signed for with other survivors"):
         steps.consistency(
-            NO_PARTICIPANT, steps.Work(4, TRAINING, None, 1.0, client=fewer.clients[1], view=again), smaller.to_bytes()
+            NO_PARTICIPANT,
+            steps.Work(4, TRAINING, None, 1.0, client=fewer.clients[1], view=again, order=party_order_at(SIGNING)),
+            smaller.to_bytes(),
         )
     # The same model in a later round (a round aborted, the model unchanged) is bound to the same survivors.
     assert restarted.view(5, "train", "model-digest").survivors == frozenset(harness.config.parties)

@@ -8,11 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedfair.runtime.collaborator.uplink import BASE_STAGE_BYTES, PER_PARTY_STAGE_BYTES, Uplink, input_limit
+from fedfair.runtime.collaborator.uplink import Uplink, input_limit
 from fedfair.runtime.transport import pb
 from fedfair.runtime.transport.chunks import split
 from fedfair.secagg import config as config_module
 from fedfair.secagg.config import RESUMMED_WORDS, fallback_tag_set_bytes, resummed_claim_bytes
+from fedfair.secagg.bounded.stages import record_bytes
+from fedfair.secagg.round import BASE_STAGE_BYTES, PER_PARTY_STAGE_BYTES
 from fedfair.secagg.verify_messages import TagSet
 from tests.secagg.helpers import Harness, make_config
 
@@ -35,6 +37,18 @@ def test_the_tag_set_admits_the_inputs_above_the_bound_and_the_claim_below_it() 
     assert limit == tags + fallback_tag_set_bytes(sites, words) and limit > 8 * sites * words
     assert input_limit(task(pb.STAGE_EVAL_VERIFY_TAGS), sites, large, 16384) == tags
     assert fallback_tag_set_bytes(sites, RESUMMED_WORDS // sites) == 0
+
+
+def test_every_secure_stage_reads_what_its_declaration_caps_for_the_roster_and_the_sums_length() -> None:
+    """The bounded sum's verdict record and tag set, and the key stages, capped by their declarations alone."""
+    sites, parameters = 3, 1000
+    roster = BASE_STAGE_BYTES + PER_PARTY_STAGE_BYTES * sites
+    assert input_limit(task(pb.STAGE_BOUNDED_DECIDE), sites, parameters, 0) == roster + record_bytes(
+        sites, 4 * (parameters + 2)
+    )
+    assert input_limit(task(pb.STAGE_BOUNDED_VERIFY), sites, parameters, 0) == roster + PER_PARTY_STAGE_BYTES
+    for stage in (pb.STAGE_ADVERTISE_KEYS, pb.STAGE_EVAL_UNMASK, pb.STAGE_BOUNDED_SHARE, pb.STAGE_EVAL_EXTENSION):
+        assert input_limit(task(stage), sites, parameters, 0) == roster
 
 
 class FetchOnly:

@@ -9,13 +9,13 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from fedfair.core.errors import WireError
+from fedfair.runtime.contract import BOUNDED_TRAINING, EVALUATION, TRAINING, Stages
 from fedfair.runtime.transport.chunks import (
     PLAIN_ROUNDING,
     PLAIN_UNDERFLOW,
     plain_rounding,
     plain_upload,
     plain_upload_size,
-    plain_value_type,
     read_plain_upload,
 )
 from fedfair.runtime.transport import (
@@ -203,16 +203,17 @@ def test_a_model_is_sent_from_and_read_into_its_own_buffer() -> None:
 @given(
     values=arrays(np.float64, st.integers(0, 200), elements=st.floats(-1e6, 1e6)),
     weight=st.floats(1e-3, 1e6),
-    stage=st.sampled_from([pb.STAGE_MASKED_INPUT, pb.STAGE_EVAL_MASKED_INPUT]),
+    stages=st.sampled_from([TRAINING, BOUNDED_TRAINING, EVALUATION]),
 )
 def test_a_plain_upload_is_float32_for_training_float64_otherwise_and_its_weight_exact(
-    values: np.ndarray, weight: float, stage: pb.Stage
+    values: np.ndarray, weight: float, stages: Stages
 ) -> None:
+    stage = stages.plain_values
     payload = plain_upload(values, weight, stage)
-    training = stage == pb.STAGE_MASKED_INPUT
+    training = stages is not EVALUATION
     assert len(payload) == plain_upload_size(values.size, stage) == values.size * (4 if training else 8) + 8
     read, read_weight = read_plain_upload(payload, stage)
-    assert read_weight == weight and read.dtype == plain_value_type(stage)
+    assert read_weight == weight and read.dtype == np.dtype("<f4" if training else "<f8")
     # Round to nearest: within half an ulp of a 24-bit significand, 2^-24 of each value, or of the smallest
     # subnormal below the normal range (float64: exact).
     error = np.abs(read.astype(np.float64) - values)

@@ -6,7 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedfair.runtime.transport import join, pb, split
+from fedfair.runtime.contract import TRAINING
+from fedfair.runtime.transport import join, split
 from fedfair.runtime.transport.chunks import payload_size, plain_upload, read_plain_upload
 
 PIECES = st.lists(st.binary(max_size=40), max_size=6).map(tuple)
@@ -40,13 +41,13 @@ def test_a_plain_sum_of_chunked_uploads_is_bit_equal_to_the_unchunked_one(
 ) -> None:
     rng = np.random.default_rng(dimension * 7 + parties)
     uploads = [
-        plain_upload(rng.normal(size=dimension), float(party + 1), pb.STAGE_MASKED_INPUT) for party in range(parties)
+        plain_upload(rng.normal(size=dimension), float(party + 1), TRAINING.plain_values) for party in range(parties)
     ]
     chunk_bytes = chunk_size(len(uploads[0]), cut)
     whole = np.zeros(dimension, dtype=np.float64)
     chunked = np.zeros(dimension, dtype=np.float64)
     for upload in uploads:
         arrived = join(split(upload, chunk_bytes), max_total_bytes=len(upload), max_chunk_bytes=chunk_bytes)
-        whole += read_plain_upload(upload, pb.STAGE_MASKED_INPUT)[0]
-        chunked += read_plain_upload(arrived, pb.STAGE_MASKED_INPUT)[0]
+        whole += read_plain_upload(upload, TRAINING.plain_values)[0]
+        chunked += read_plain_upload(arrived, TRAINING.plain_values)[0]
     assert whole.tobytes() == chunked.tobytes()

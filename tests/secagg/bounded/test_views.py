@@ -101,6 +101,20 @@ def colluding_aggregator_view() -> tuple[VerifyReason, float]:
     )
 
 
+def auditor_with_a_site_view() -> int:
+    """The auditor with site 0, which VERIFY tells the aggregator's noise key, in a round whose aggregator is honest
+    and lost site 2's upload (2 of 3 at the floor 2): the largest error on site 1's input once both noises and site
+    0's input are taken off the total. The plan's max_colluding bounds the sites colluding with the aggregator, not
+    with the auditor, so nothing in the plan stops this one (docs/security.md, "Trust model")."""
+    inputs = {party: at_bound(party, weight, DIMENSION) for party, weight in WEIGHTS.items()}
+    options = {"noise_mu": MU, "noise_key": AUDITOR_KEY, "aggregator_noise_key": AGGREGATOR_KEY}
+    trace = simulated(inputs, WEIGHTS, missing_aggregator_part={2}, **options)
+    assert trace.result.accepted == (0, 1)
+    both = field.add(verifier_noise(trace.context, AUDITOR_KEY), verifier_noise(trace.context, AGGREGATOR_KEY))
+    read = field.to_signed(field.subtract(trace.record.total, both)) - inputs[0]
+    return int(np.abs(read - inputs[1]).max())
+
+
 def test_the_auditor_less_its_own_noise_reads_the_sum_under_the_aggregators_charged_noise() -> None:
     """The auditor is sent the verdict record (its total T) to tag its part: T less its own noise leaves the
     aggregator's, whose key it is never sent (the tag set goes to the sites only)."""
@@ -128,6 +142,13 @@ def test_the_aggregator_choosing_which_uploads_count_with_a_colluder_reads_no_si
     the charge."""
     reason, share = colluding_aggregator_view()
     assert reason is VerifyReason.BELOW_FLOOR and share >= 0.9
+
+
+def test_the_auditor_with_one_site_reads_another_sites_exact_input_as_the_trust_model_states() -> None:
+    """The red team of issue 93: one site with the auditor, whatever max_colluding says, reads a total's inputs
+    exactly; at a total of two, the other site's update. The trust model's "the auditor does not collude with a site"
+    is what stands between them."""
+    assert auditor_with_a_site_view() == 0
 
 
 def who_reads_what() -> str:
@@ -170,7 +191,13 @@ def who_reads_what() -> str:
             "everything",
             "nothing: the stated collusion",
         ),
-        ("the auditor with a site", "both keys", "both noises", 'nothing: stated under "Trust model" below'),
+        (
+            "the auditor with one site, whatever max_colluding is",
+            "both keys, the site's input",
+            "both noises, its input",
+            "nothing: an honest aggregator that lost one upload of three (2 at the floor 2) leaves the other site's "
+            f'exact input (largest error {auditor_with_a_site_view()}); stated under "Trust model" below',
+        ),
     ]
     return "\n".join("  | " + " | ".join(row) + " |" for row in rows) + "\n"
 

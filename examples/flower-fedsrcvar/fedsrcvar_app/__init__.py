@@ -1,0 +1,1 @@
+"""FedSRCVaR on Adult by race as a Flower App."""
