@@ -145,7 +145,7 @@ def test_a_round_whose_share_stage_timed_out_below_the_floor_keeps_no_total_and_
 ) -> None:
     """Issue 94: SHARE timed out with one site's share of three (under the plan's threshold of 2). Before the floor
     the auditor kept an empty total for round 1, and every later round on its model was refused as other sites; now
-    it withdraws at TOTAL, keeps nothing, and round 2 on the same model is totalled over every site."""
+    it withdraws at TOTAL, keeps no total, and round 2 on the same model is totalled over every site."""
     rounds = rounds_of(bounded)
 
     def withdrawing(round_number: int) -> Any:
@@ -160,7 +160,7 @@ def test_a_round_whose_share_stage_timed_out_below_the_floor_keeps_no_total_and_
 
     with pytest.raises(ProtocolError, match="BELOW_FLOOR: .*covers 1 accepted input"):
         run_round(bounded, monkeypatch, auditor=withdrawing(1), lost=("hospital-b", "hospital-c"))
-    assert not rounds.totals.path.exists() and rounds.current is None and rounds.verified == []
+    assert json.loads(rounds.totals.path.read_text()) == [] and rounds.current is None and rounds.verified == []
     in_sum(run_round(bounded, monkeypatch, auditor=withdrawing(2), round_number=2), COLLABORATORS)
     assert [kept["round"] for kept in json.loads(rounds.totals.path.read_text())] == [2]
 
