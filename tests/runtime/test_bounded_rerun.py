@@ -53,7 +53,7 @@ def test_a_round_run_again_over_other_sites_gets_no_total(
     with pytest.raises(
         ProtocolError, match="round 1's inputs were totalled in round 1 over hospital-a, hospital-b, hospital-c"
     ):
-        run_round(bounded, monkeypatch, auditor=auditor, lost="hospital-b")
+        run_round(bounded, monkeypatch, auditor=auditor, lost=("hospital-b",))
     assert rounds.verified == [1, 1] and rounds.current is None
 
 
@@ -73,7 +73,7 @@ def test_a_restarted_auditor_still_withholds_a_total_over_other_sites(
     with pytest.raises(
         ProtocolError, match="round 1's inputs were totalled in round 1 over hospital-a, hospital-b, hospital-c"
     ):
-        run_round(bounded, monkeypatch, auditor=auditor, lost="hospital-b")
+        run_round(bounded, monkeypatch, auditor=auditor, lost=("hospital-b",))
     in_sum(run_round(bounded, monkeypatch, auditor=auditor), COLLABORATORS)  # the same sites: totalled again
 
 
@@ -91,7 +91,7 @@ def test_a_later_round_on_a_void_rounds_model_is_held_to_its_sites_unless_inputs
 
     in_sum(run_round(bounded, monkeypatch, auditor=auditor_at(1)), COLLABORATORS)
     with pytest.raises(ProtocolError, match="round 2's inputs were totalled in round 1 over hospital-a, hospital-b, h"):
-        run_round(bounded, monkeypatch, auditor=auditor_at(2), lost="hospital-c", round_number=2)
+        run_round(bounded, monkeypatch, auditor=auditor_at(2), lost=("hospital-c",), round_number=2)
     in_sum(run_round(bounded, monkeypatch, auditor=auditor_at(3), round_number=3), COLLABORATORS)  # the same sites
     assert rounds.verified == [1, 3]
     # Under distributed DP each round's inputs are their own (trained afresh, charged): only the same round is held.
@@ -136,7 +136,33 @@ def test_without_the_auditors_total_no_site_is_asked_to_decide(
             return None  # its process withdraws: the aggregator receives nothing
 
     with pytest.raises(ProtocolError, match="the auditor's total has not arrived: no site decides"):
-        run_round(bounded, monkeypatch, auditor=withholding, lost="hospital-b")
+        run_round(bounded, monkeypatch, auditor=withholding, lost=("hospital-b",))
+
+
+def test_a_round_whose_share_stage_timed_out_below_the_floor_keeps_no_total_and_blocks_no_later_round(
+    bounded: Federation,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 94: SHARE timed out with one site's share of three (under the plan's threshold of 2). Before the floor
+    the auditor kept an empty total for round 1, and every later round on its model was refused as other sites; now
+    it withdraws at TOTAL, keeps no total, and round 2 on the same model is totalled over every site."""
+    rounds = rounds_of(bounded)
+
+    def withdrawing(round_number: int) -> Any:
+        def auditor(spec: StageSpec, inputs: bytes) -> Any:
+            try:
+                return rounds.step(at(spec.stage, round_number), inputs)
+            except ProtocolError:
+                rounds.leave(round_number)  # as its process does: it withdraws and uploads nothing
+                raise
+
+        return auditor
+
+    with pytest.raises(ProtocolError, match="BELOW_FLOOR: .*covers 1 accepted input"):
+        run_round(bounded, monkeypatch, auditor=withdrawing(1), lost=("hospital-b", "hospital-c"))
+    assert json.loads(rounds.totals.path.read_text()) == [] and rounds.current is None and rounds.verified == []
+    in_sum(run_round(bounded, monkeypatch, auditor=withdrawing(2), round_number=2), COLLABORATORS)
+    assert [kept["round"] for kept in json.loads(rounds.totals.path.read_text())] == [2]
 
 
 def test_the_noise_key_of_a_round_survives_a_restart_and_names_its_round(tmp_path: Path) -> None:

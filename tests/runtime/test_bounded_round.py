@@ -166,14 +166,14 @@ def run_round(
     factor: float = 2.5,
     record: Any = None,
     auditor: Any = None,
-    lost: str | None = None,
+    lost: tuple[str, ...] = (),
     round_number: int = 1,
 ) -> Outcome:
     """A round (1 unless `round_number`, on :data:`MODEL`) as the driver runs it, stage by stage; `liar` lies at
     `factor`; `record` may alter the record sent.
 
-    `auditor(spec, inputs)` makes the auditor's uploads (default: its state derived here); `lost`'s SHARE upload
-    never reaches the aggregator (it is absent).
+    `auditor(spec, inputs)` makes the auditor's uploads (default: its state derived here); the SHARE uploads of
+    `lost` never reach the aggregator (they are absent: their stage timed out).
     """
     parameters = bounded.parameters(round_number)
     config = parameters.secagg_config(bounded.loaded.federation_id, BOUNDED_TRAINING)
@@ -226,7 +226,7 @@ def run_round(
             if spec.upload is None:
                 verdicts[name] = bytes(upload)
                 continue
-            if name == lost and spec.stage is BoundedStage.SHARE:
+            if name in lost and spec.stage is BoundedStage.SHARE:
                 continue
             assert spec.receive is not None
             SecureUpload(spec.upload, partial(spec.receive, server)).handler(names)(name, upload)
