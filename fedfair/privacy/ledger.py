@@ -95,6 +95,8 @@ class Peer:
     """How many of the ledger's (distinct) rows it holds."""
     others: tuple[distributed.Release, ...] = ()
     """What its table spent by other mechanisms: its site's own DP-SGD steps."""
+    matched: bool = True
+    """Whether its rows were matched; False: its rows file is gone, and it is taken to hold every row."""
 
     def counted(self, cut: int) -> list[Entry]:
         """Its charged releases since its last reset, and from entry `cut` on (what a reset elsewhere left)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -30,6 +31,9 @@ from fedfair.privacy.ledger import Ledger, People, Peer
 
 OthersOf = Callable[[Path], list[Release]]
 """The DP-SGD steps (as releases) the accountant at a path holds: none when there is none."""
+
+TABLE_KEY = "table_rows_sha256"
+"""The key of a table's fingerprint in a ledger's data identity: only a table's ledger has rows to match."""
 
 KEY_FILE = "people.key"
 """The folder's key of its row digests: without it no digest can be matched to a row, nor computed again."""
@@ -148,13 +152,24 @@ def sharing(own: Path, digests: np.ndarray, key: bytes, others_of: OthersOf | No
 
     Each group is the set of those ledgers (by index) that one or more of its rows belong to; rows in none make the
     empty group. With `others_of`, each carries its table's DP-SGD steps too (read from its accountant's path). A
-    rows file whose table charged nothing yet (no ledger, no accountant) is skipped.
+    rows file whose table charged nothing yet (no ledger, no accountant) is skipped; a table's charged ledger with
+    no rows file is taken to hold every row (``matched`` False), never skipped.
 
     Raises:
         ConfigError: a rows file or ledger of the folder is damaged or of another key, naming it and the fix.
     """
     peers: list[Peer] = []
     memberships: list[np.ndarray] = []
+    for ledger_file in sorted(own.parent.glob("*.ledger.json")):
+        # A table's ledger that charged but whose rows file is gone (deleted, or charged before rows files were
+        # kept) may hold any of these people: counted as holding them all, so that losing a rows file can only
+        # over-count, until that table is opened again or the operator's reset says these are other people.
+        if ledger_file == own or rows_path(ledger_file).exists() or not _charged_table(ledger_file):
+            continue
+        ledger = Ledger.read(ledger_file)
+        others = tuple(others_of(state_path(ledger_file))) if others_of is not None else ()
+        peers.append(Peer(ledger.lineage, ledger_file.name, tuple(ledger.entries()), len(digests), others, False))
+        memberships.append(np.ones(len(digests), dtype=bool))
     for path, inside in overlaps(own, digests, key):
         ledger_file = path.with_name(path.name.removesuffix(".rows") + ".ledger.json")
         others = tuple(others_of(state_path(ledger_file))) if others_of is not None else ()
@@ -169,6 +184,20 @@ def sharing(own: Path, digests: np.ndarray, key: bytes, others_of: OthersOf | No
         peers.append(peer)
         memberships.append(inside)
     return peers, groups(memberships)
+
+
+def _charged_table(path: Path) -> bool:
+    """Whether the file at `path` is a ledger of a table with entries, or damaged (:meth:`Ledger.read` names it)."""
+    try:
+        document = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return True
+    if not isinstance(document, dict):
+        return True
+    if document.get("version") == 1:
+        return False  # a ledger of before, keyed by a path: taken over by its own table's ledger
+    data = document.get("data")
+    return not isinstance(data, dict) or (TABLE_KEY in data and bool(document.get("entries")))
 
 
 def keep_rows(ledger: Path, rows: Iterable[str]) -> tuple[np.ndarray, bytes]:

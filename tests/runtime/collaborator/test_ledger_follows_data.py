@@ -242,6 +242,27 @@ def test_each_row_is_charged_the_composition_over_the_ledgers_it_belongs_to(
     assert f"epsilon {ONE:.4g} spent" in _shown(merged, capsys)
 
 
+def test_a_charged_ledger_whose_rows_file_is_gone_counts_for_every_table_of_the_folder(
+    site: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Deleting a charged ledger's rows file must not reset its people's spend (before: a re-export with one
+    patient added showed epsilon 0): it is counted as holding every row, an over-count that opening its table
+    again ends (its rows are kept again) or the operator's reset ends (these are other people)."""
+    from fedfair.privacy.ledger_people import rows_path
+
+    ledger = _charge_and_open(site)
+    rows_path(ledger.path).unlink()
+    export = _export(tmp_path / "x", "site-a", pd.concat([_table(), adult_raw_table().iloc[[5000]]]))
+    shown = _shown(export, capsys)
+    assert f"epsilon {ONE:.4g} spent" in shown and f"{ledger.path.name} has no rows file" in shown, shown
+    strangers = _export(tmp_path / "y", "site-b", adult_raw_table().iloc[900:1000])
+    assert f"epsilon {ONE:.4g} spent" in _shown(strangers, capsys)  # unknown rows: never under-counted
+    _shown(site, capsys)  # the charged table opened again keeps its rows: strangers are told apart again
+    assert rows_path(ledger.path).exists()
+    assert "no noised input charged (epsilon 0)" in _shown(strangers, capsys)
+    assert f"epsilon {ONE:.4g} spent" in _shown(export, capsys)
+
+
 def test_row_digests_are_keyed_and_kept_beside_the_ledger_not_the_rows(site: Path) -> None:
     """The ledger folder keeps 8-byte keyed digests of the distinct rows, under a 32-byte key of its own: no cell of
     the table is in it, and another folder's key gives other digests for the same rows."""
