@@ -263,6 +263,22 @@ def test_a_charged_ledger_whose_rows_file_is_gone_counts_for_every_table_of_the_
     assert f"epsilon {ONE:.4g} spent" in _shown(export, capsys)
 
 
+def test_dp_sgd_steps_whose_rows_file_is_gone_still_count_for_a_re_export(site: Path, tmp_path: Path) -> None:
+    """The same for a table that only took DP-SGD steps (no ledger entry): its rows file deleted, a re-export with
+    one patient added showed epsilon 0 after 100 steps (sigma 1, q 0.01); it now shows the first folder's figure."""
+    from fedfair.privacy.ledger_people import rows_path
+    from fedfair.runtime.collaborator.charges import open_site_accountant
+
+    accountant, _ = open_site_accountant(load_collaborator_config(site), "fed-one")
+    accountant.spend(1.0, 0.01, 100)
+    first = open_ledger(load_collaborator_config(site))
+    spent = first.spent(DELTA)
+    assert spent == pytest.approx(1.22, abs=0.01)  # 100 sampled Gaussian steps by RDP, as the docs state
+    rows_path(first.path).unlink()
+    export = _export(tmp_path / "x", "site-a", pd.concat([_table(), adult_raw_table().iloc[[5000]]]))
+    assert open_ledger(load_collaborator_config(export)).spent(DELTA) == pytest.approx(spent, rel=1e-9)
+
+
 def test_row_digests_are_keyed_and_kept_beside_the_ledger_not_the_rows(site: Path) -> None:
     """The ledger folder keeps 8-byte keyed digests of the distinct rows, under a 32-byte key of its own: no cell of
     the table is in it, and another folder's key gives other digests for the same rows."""
