@@ -521,3 +521,33 @@ def test_sites_drawing_the_folders_key_at_once_share_one(tmp_path: Path) -> None
             keys = list(pool.map(people_key, [folder] * 8))
             assert len(set(keys)) == 1 and keys[0] == (folder / KEY_FILE).read_bytes()
             assert [path.name for path in folder.iterdir()] == [KEY_FILE]  # no temporary file left
+
+
+def test_two_tables_of_the_same_people_charged_at_once_stay_within_the_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two sites of one machine, one table and its re-export with one patient added, each charge one release at
+    once under a budget that fits one (between ONE and TWO): one is refused. Before, each checked the budget under
+    its own ledger's lock, and both passed (8 of 8 tries), spending TWO."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    budget = (ONE + TWO) / 2
+    for attempt in range(3):
+        monkeypatch.setenv("FEDFAIR_LEDGER_DIR", str(tmp_path / f"ledgers-{attempt}"))  # each attempt's own people
+        first = _export(tmp_path / f"a{attempt}", "site-a", _table())
+        second = _export(tmp_path / f"b{attempt}", "site-b", pd.concat([_table(), adult_raw_table()[-1:]]))
+        ledgers = [open_ledger(load_collaborator_config(config)) for config in (first, second)]
+        together = threading.Barrier(2)
+
+        def charge(ledger: Ledger) -> str:
+            together.wait()
+            try:
+                ledger.charge(ledger.site, Charge("evaluate", 1, ledger.site, RELEASE, DELTA), budget)
+            except PrivacyBudgetError:
+                return "refused"
+            return "charged"
+
+        with ThreadPoolExecutor(2) as pool:
+            assert sorted(pool.map(charge, ledgers)) == ["charged", "refused"], attempt
+        assert ledgers[0].spent(DELTA) == pytest.approx(ONE, rel=1e-9)
