@@ -54,6 +54,9 @@ __all__ = [
 ]
 
 FORMAT = "fedfair-ledger"
+LOCK_FILE = "ledgers.lock"
+"""The ledger folder's lock: every change to a ledger there is made holding it."""
+
 VERSION = 2
 """Version 2 adds the lineage, the home and the ledgers it took over (``formerly``); a version 1 file (keyed by
 the table's path, beside the site's config) is read only to be taken over (:meth:`Ledger.take_over`)."""
@@ -95,6 +98,8 @@ class Peer:
     """How many of the ledger's (distinct) rows it holds."""
     others: tuple[distributed.Release, ...] = ()
     """What its table spent by other mechanisms: its site's own DP-SGD steps."""
+    matched: bool = True
+    """Whether its rows were matched; False: its rows file is gone, and it is taken to hold every row."""
 
     def counted(self, cut: int) -> list[Entry]:
         """Its charged releases since its last reset, and from entry `cut` on (what a reset elsewhere left)."""
@@ -386,13 +391,15 @@ class Ledger:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        """Hold the ledger's lock file and read the ledger again: a change starts from what is on disk now.
+        """Hold the ledger folder's lock file and read the ledger again: a change starts from what is on disk now.
 
         Two processes of one site (two federations at once) share the ledger; without this each would write
-        its own entries over the other's, and a charge would be lost.
+        its own entries over the other's, and a charge would be lost. The lock is the folder's, not the file's:
+        a charge's budget check counts the other ledgers of the same people there, so two tables of the same
+        people charged at once (each under a lock of its own) both passed a budget that fits one (8 of 8 tries).
         """
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(self.path.with_name(f"{self.path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        descriptor = os.open(self.path.parent / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX)
             if self.path.exists():

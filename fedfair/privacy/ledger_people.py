@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -30,6 +31,9 @@ from fedfair.privacy.ledger import Ledger, People, Peer
 
 OthersOf = Callable[[Path], list[Release]]
 """The DP-SGD steps (as releases) the accountant at a path holds: none when there is none."""
+
+TABLE_KEY = "table_rows_sha256"
+"""The key of a table's fingerprint in a ledger's data identity: only a table's ledger has rows to match."""
 
 KEY_FILE = "people.key"
 """The folder's key of its row digests: without it no digest can be matched to a row, nor computed again."""
@@ -148,27 +152,82 @@ def sharing(own: Path, digests: np.ndarray, key: bytes, others_of: OthersOf | No
 
     Each group is the set of those ledgers (by index) that one or more of its rows belong to; rows in none make the
     empty group. With `others_of`, each carries its table's DP-SGD steps too (read from its accountant's path). A
-    rows file whose table charged nothing yet (no ledger, no accountant) is skipped.
+    rows file whose table charged nothing yet (no ledger, no accountant) is skipped; a table's charged ledger with
+    no rows file, or its DP-SGD accountant alone, is taken to hold every row (``matched`` False), never skipped.
 
     Raises:
         ConfigError: a rows file or ledger of the folder is damaged or of another key, naming it and the fix.
     """
     peers: list[Peer] = []
     memberships: list[np.ndarray] = []
+    for ledger_file in _rowless(own):
+        # A table that charged but whose rows file is gone (deleted, or charged before rows files were kept) may
+        # hold any of these people: counted as holding them all, so that losing a rows file can only over-count,
+        # until that table is opened again or the operator's reset says these are other people.
+        peer = _peer(ledger_file, len(digests), others_of, matched=False)
+        if peer is not None:
+            peers.append(peer)
+            memberships.append(np.ones(len(digests), dtype=bool))
     for path, inside in overlaps(own, digests, key):
         ledger_file = path.with_name(path.name.removesuffix(".rows") + ".ledger.json")
-        others = tuple(others_of(state_path(ledger_file))) if others_of is not None else ()
-        if ledger_file.is_file():
-            ledger = Ledger.read(ledger_file)
-            peer = Peer(ledger.lineage, ledger_file.name, tuple(ledger.entries()), int(inside.sum()), others)
-        elif others:
-            name = state_path(ledger_file).name
-            peer = Peer(f"(DP-SGD only) {name}", name, (), int(inside.sum()), others)
-        else:
-            continue
-        peers.append(peer)
-        memberships.append(inside)
+        peer = _peer(ledger_file, int(inside.sum()), others_of, matched=True)
+        if peer is not None:
+            peers.append(peer)
+            memberships.append(inside)
     return peers, groups(memberships)
+
+
+def _peer(ledger_file: Path, rows: int, others_of: OthersOf | None, *, matched: bool) -> Peer | None:
+    """The ledger at `ledger_file` (or its table's DP-SGD accountant alone) as a peer holding `rows` of the rows.
+
+    None when that table charged nothing.
+    """
+    others = tuple(others_of(state_path(ledger_file))) if others_of is not None else ()
+    if ledger_file.is_file():
+        ledger = Ledger.read(ledger_file)
+        return Peer(ledger.lineage, ledger_file.name, tuple(ledger.entries()), rows, others, matched)
+    if others:
+        name = state_path(ledger_file).name
+        return Peer(f"(DP-SGD only) {name}", name, (), rows, others, matched)
+    return None
+
+
+def _rowless(own: Path) -> list[Path]:
+    """The ledger paths of the other tables in `own`'s folder that charged and have no rows file.
+
+    Charged: a ledger's entry or a DP-SGD step.
+    """
+    folder = own.parent
+    accountants = [path.with_name(path.name.removesuffix(".privacy.json") + ".ledger.json")
+                   for path in folder.glob("*.privacy.json")]  # fmt: skip
+    return [
+        ledger_file
+        for ledger_file in sorted({*folder.glob("*.ledger.json"), *accountants})
+        if ledger_file != own
+        and not rows_path(ledger_file).exists()
+        and (_charged_table(ledger_file) or _charged_table(state_path(ledger_file)))
+    ]
+
+
+def _charged_table(path: Path) -> bool:
+    """Whether the file at `path` (a ledger or an accountant) is of a table and holds a charge, or is damaged.
+
+    A damaged file is read next by :meth:`Ledger.read` or the accountant, which name the damage and the fix.
+    """
+    try:
+        document = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True
+    if not isinstance(document, dict):
+        return True
+    if path.name.endswith(".ledger.json") and document.get("version") == 1:
+        return False  # a ledger of before, keyed by a path: taken over by its own table's ledger
+    data = document.get("data")
+    return not isinstance(data, dict) or (
+        TABLE_KEY in data and bool(document.get("entries") or document.get("history"))
+    )
 
 
 def keep_rows(ledger: Path, rows: Iterable[str]) -> tuple[np.ndarray, bytes]:

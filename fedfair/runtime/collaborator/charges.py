@@ -36,10 +36,10 @@ from fedfair.privacy.ledger_home import (
     take_over_former,
     write_link,
 )
-from fedfair.privacy.ledger_people import keep_rows, know_people
+from fedfair.privacy.ledger_people import TABLE_KEY, keep_rows, know_people
 from fedfair.runtime.collaborator.config import CollaboratorConfig, DataSettings
 from fedfair.runtime.collaborator.input_record import InputRecord, fold_records
-from fedfair.runtime.collaborator.table_fingerprint import TABLE_KEY, table_fingerprint, table_rows, was_same_data
+from fedfair.runtime.collaborator.table_fingerprint import table_fingerprint, table_rows, was_same_data
 from fedfair.runtime.composition_counts import CompositionColumn
 from fedfair.runtime.observe.logs import per_round
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
@@ -288,6 +288,10 @@ def describe_ledger(ledger: Ledger, delta: float | None = None) -> str:
     peers = ledger.peers()
     lines += [
         f"  {peer.rows} of its rows are in {peer.file}: what that ledger charged counts here (the same people)"
+        if peer.matched
+        else f"  {peer.file} has no rows file, so it is counted as holding all of its people: open that table again "
+        "(`fedfair collaborator ledger`) or restore its rows file from a backup to count only the shared rows, or "
+        "`reset-ledger --reason` if they are other people"
         for peer in peers
     ]
     shared = [entry for group in ledger.shared_releases() for entry in group]

@@ -22,9 +22,8 @@ import pandas as pd
 
 from fedfair.core.errors import ConfigError
 from fedfair.datasets.tabular import read_table
+from fedfair.privacy.ledger_people import TABLE_KEY
 
-TABLE_KEY = "table_rows_sha256"
-"""The key of a table's fingerprint in a ledger's data identity."""
 
 _SEEN: dict[tuple[str, int, int], tuple[str, list[str]]] = {}
 """Fingerprints and rows already computed, by (resolved path, mtime in ns, size): a site opens its ledger often."""

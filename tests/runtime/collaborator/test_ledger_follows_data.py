@@ -243,6 +243,43 @@ def test_each_row_is_charged_the_composition_over_the_ledgers_it_belongs_to(
     assert f"epsilon {ONE:.4g} spent" in _shown(merged, capsys)
 
 
+def test_a_charged_ledger_whose_rows_file_is_gone_counts_for_every_table_of_the_folder(
+    site: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Deleting a charged ledger's rows file must not reset its people's spend (before: a re-export with one
+    patient added showed epsilon 0): it is counted as holding every row, an over-count that opening its table
+    again ends (its rows are kept again) or the operator's reset ends (these are other people)."""
+    from fedfair.privacy.ledger_people import rows_path
+
+    ledger = _charge_and_open(site)
+    rows_path(ledger.path).unlink()
+    export = _export(tmp_path / "x", "site-a", pd.concat([_table(), adult_raw_table().iloc[[5000]]]))
+    shown = _shown(export, capsys)
+    assert f"epsilon {ONE:.4g} spent" in shown and f"{ledger.path.name} has no rows file" in shown, shown
+    strangers = _export(tmp_path / "y", "site-b", adult_raw_table().iloc[900:1000])
+    assert f"epsilon {ONE:.4g} spent" in _shown(strangers, capsys)  # unknown rows: never under-counted
+    _shown(site, capsys)  # the charged table opened again keeps its rows: strangers are told apart again
+    assert rows_path(ledger.path).exists()
+    assert "no noised input charged (epsilon 0)" in _shown(strangers, capsys)
+    assert f"epsilon {ONE:.4g} spent" in _shown(export, capsys)
+
+
+def test_dp_sgd_steps_whose_rows_file_is_gone_still_count_for_a_re_export(site: Path, tmp_path: Path) -> None:
+    """The same for a table that only took DP-SGD steps (no ledger entry): its rows file deleted, a re-export with
+    one patient added showed epsilon 0 after 100 steps (sigma 1, q 0.01); it now shows the first folder's figure."""
+    from fedfair.privacy.ledger_people import rows_path
+    from fedfair.runtime.collaborator.charges import open_site_accountant
+
+    accountant, _ = open_site_accountant(load_collaborator_config(site), "fed-one")
+    accountant.spend(1.0, 0.01, 100)
+    first = open_ledger(load_collaborator_config(site))
+    spent = first.spent(DELTA)
+    assert spent == pytest.approx(1.22, abs=0.01)  # 100 sampled Gaussian steps by RDP, as the docs state
+    rows_path(first.path).unlink()
+    export = _export(tmp_path / "x", "site-a", pd.concat([_table(), adult_raw_table().iloc[[5000]]]))
+    assert open_ledger(load_collaborator_config(export)).spent(DELTA) == pytest.approx(spent, rel=1e-9)
+
+
 def test_row_digests_are_keyed_and_kept_beside_the_ledger_not_the_rows(site: Path) -> None:
     """The ledger folder keeps 8-byte keyed digests of the distinct rows, under a 32-byte key of its own: no cell of
     the table is in it, and another folder's key gives other digests for the same rows."""
@@ -502,3 +539,33 @@ def test_a_table_of_other_people_is_refused_before_the_collaborator_dials_with_t
     (line,) = [line for line in captured.err.splitlines() if line.startswith("fedfair: error:")]
     assert "shares no row with the one [data] names now" in line and "reset-ledger" in line, line
     assert "local-bindings" not in captured.err and "connecting to the aggregator" not in captured.err + captured.out
+
+
+def test_two_tables_of_the_same_people_charged_at_once_stay_within_the_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two sites of one machine, one table and its re-export with one patient added, each charge one release at
+    once under a budget that fits one (between ONE and TWO): one is refused. Before, each checked the budget under
+    its own ledger's lock, and both passed (8 of 8 tries), spending TWO."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    budget = (ONE + TWO) / 2
+    for attempt in range(3):
+        monkeypatch.setenv("FEDFAIR_LEDGER_DIR", str(tmp_path / f"ledgers-{attempt}"))  # each attempt's own people
+        first = _export(tmp_path / f"a{attempt}", "site-a", _table())
+        second = _export(tmp_path / f"b{attempt}", "site-b", pd.concat([_table(), adult_raw_table()[-1:]]))
+        ledgers = [open_ledger(load_collaborator_config(config)) for config in (first, second)]
+        together = threading.Barrier(2)
+
+        def charge(ledger: Ledger) -> str:
+            together.wait()
+            try:
+                ledger.charge(ledger.site, Charge("evaluate", 1, ledger.site, RELEASE, DELTA), budget)
+            except PrivacyBudgetError:
+                return "refused"
+            return "charged"
+
+        with ThreadPoolExecutor(2) as pool:
+            assert sorted(pool.map(charge, ledgers)) == ["charged", "refused"], attempt
+        assert ledgers[0].spent(DELTA) == pytest.approx(ONE, rel=1e-9)
