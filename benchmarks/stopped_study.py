@@ -78,7 +78,7 @@ def main() -> None:
     split = paper_split(args.dataset, args.partition, args.clients)
     study = Study(args.dataset, profile, tuple(args.methods.split(",")), loss_rows=args.loss_rows, split=split)
     ceilings = tuple(int(rounds) for rounds in args.ceilings.split(","))
-    write_csv(args.folder / "references.csv", stopped.reference_rows(study, args.rho))
+    write_csv(args.folder / "references.csv", stopped.reference_rows(study))
     if args.retest:
         retest(args, study)
         return

@@ -366,15 +366,16 @@ def retested_rows(
     ]
 
 
-def reference_rows(study: Study, rho: float) -> list[dict[str, Any]]:
-    """h̄'s and the base rate's figures on the study's test rows at `rho` (``references.csv``): exact, no training.
+def reference_rows(study: Study) -> list[dict[str, Any]]:
+    """h̄'s and the base rate's figures on the study's test rows at each of its rhos (``references.csv``): exact.
 
-    The base rate's shares are those of the pooled training rows every test run trains on.
+    No training: the base rate's shares are those of the pooled training rows every test run trains on.
     """
-    federation = federation_for(study.test_runs(study.methods[0], rho, Point(1.0))[0].flags, "test")
+    federation = federation_for(study.test_runs(study.methods[0], study.rhos[0], Point(1.0))[0].flags, "test")
     train, test = federation.pooled("train").labels.numpy(), federation.pooled("test").labels.numpy()
     return [
         {"predictor": name, "rho": rho, "held_out_rows": test.size}
         | {f"held_out_{figure}": getattr(report, figure) for figure in HELD_OUT_COLUMNS}
+        for rho in study.rhos
         for name, report in reference_reports(train, test, federation.num_classes, rho).items()
     ]

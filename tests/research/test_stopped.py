@@ -198,7 +198,9 @@ def test_the_committed_stopped_choices_are_read_back_as_the_points_tested() -> N
 
 
 def test_the_constants_rows_are_those_of_the_test_rows_every_run_is_judged_on() -> None:
-    rows = {row["predictor"]: row for row in stopped.reference_rows(adult(), 0.1)}
+    every = stopped.reference_rows(adult())
+    assert sorted({row["rho"] for row in every}) == [0.1, 0.3, 0.5, 0.7]  # each rho the study judges
+    rows = {row["predictor"]: row for row in every if row["rho"] == 0.1}
     assert rows[UNIFORM]["held_out_worst_risk"] == pytest.approx(math.log(2.0), abs=1e-12)
     # Adult's 16,281 test rows, 23.6% above 50K: the base rate's worst tenth is all of them, each -ln 0.24 or so.
     base = rows[BASE_RATE]

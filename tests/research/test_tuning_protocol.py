@@ -439,8 +439,10 @@ def test_every_point_a_stopped_search_tried_is_on_todays_ladders(folder: str) ->
 def test_every_stopped_table_carries_the_constants_and_what_each_method_buys(folder: str) -> None:
     # Issue 96: h̄ and the base rate on the same test rows, and each method's mean risk, accuracy and worst-rho
     # error beside its worst-rho risk wherever measured (empty where the committed run was not trained again).
-    references = {row["predictor"]: row for row in read_csv(FIGURES / folder / "references.csv")}
+    rows = read_csv(FIGURES / folder / "references.csv")
+    references = {row["predictor"]: row for row in rows if float(row["rho"]) == TABLE_RHO}
     assert list(references) == [UNIFORM, BASE_RATE]
+    assert {float(row["rho"]) for row in rows} == set(PROFILES["tuned"].rhos) | {TABLE_RHO}
     uniform, base = references[UNIFORM], references[BASE_RATE]
     assert float(uniform["held_out_worst_risk"]) == float(uniform["held_out_mean_risk"]) in (math.log(2), math.log(10))
     assert float(base["held_out_mean_risk"]) <= float(uniform["held_out_mean_risk"]) + 1e-3  # near the entropy
