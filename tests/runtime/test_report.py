@@ -12,6 +12,7 @@ rendered in headless Chromium where it is installed (`.ci/run` installs it).
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -515,6 +516,14 @@ def test_a_launch_comparison_is_the_reports_first_table(tmp_path: Path) -> None:
     rows = re.findall(r"<tr><td>([^<]+)</td>((?:<td>[^<]+</td>)+)</tr>", section)
     assert [name for name, _ in rows] == ["FedSRCVaR", "FedAvg", UNIFORM, BASE_RATE]
     assert re.findall(r"<td>([^<]+)</td>", rows[1][1])[:2] == ["0.9389", "0.4100"]
+    # The same rows as points, each drawn where its figures say, h̄'s worst-group risk the dashed line.
+    for name in exact:
+        assert f'id="tradeoff:{name}"' in section, name
+    drawn = report_figures.trade_off({name: (r["mean_risk"], r["worst_risk"]) for name, r in exact.items()}, UNIFORM)
+    lines = {line.get_gid(): line for line in drawn.axes[0].get_lines()}
+    assert list(lines[f"tradeoff:{UNIFORM}"].get_xydata()[0]) == pytest.approx([math.log(2), math.log(2)])
+    assert list(lines["tradeoff:FedAvg"].get_xydata()[0]) == pytest.approx([0.41, 0.9389])
+    assert lines["tradeoff:uniform"].get_ydata()[0] == pytest.approx(math.log(2))
     # One trained model below h̄: no such sentence.
     comparison["exact"] = exact | {"FedSRCVaR": {**ours, "worst_risk": 0.65}}
     (folder / COMPARISON_NAME).write_text(json.dumps(comparison))

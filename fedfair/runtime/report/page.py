@@ -128,7 +128,22 @@ def _comparison_section(run: Run) -> str:
         "against: h̄, the uniform classifier (risk ln K on every row, its accuracy that of a random pick), and the base "
         "rate (each class at its share of the training rows, the majority's accuracy). Measured outside the "
         "federation, by fedfair launch; the federation's own estimate is the headline above.</p>"
-        f'<table id="comparison-table">{header}{body}</table>'
+        f'<table id="comparison-table">{header}{body}</table>' + _trade_off(exact)
+    )
+
+
+def _trade_off(exact: Mapping[str, Mapping[str, float]]) -> str:
+    """The comparison's models on the plane of mean against worst-group risk, h̄ marked; empty without h̄'s row."""
+    from fedfair.runtime.report.figures import svg, trade_off  # matplotlib: loaded only to draw
+
+    if UNIFORM not in exact:
+        return ""
+    points = {name: (float(report["mean_risk"]), float(report["worst_risk"])) for name, report in exact.items()}
+    return (
+        "<p class=note>The same models as points: lower and further left is better on both. The trade-off the "
+        "federation chose is where its model sits against FedAvg's (the mean risk's minimiser among them) and h̄'s "
+        "dashed line: above it, a model that learnt nothing has the lower worst-group risk.</p>"
+        + svg(trade_off(points, UNIFORM))
     )
 
 
