@@ -68,11 +68,21 @@ def base_rate_report(prior_labels: np.ndarray, labels: np.ndarray, num_classes: 
     """
     from fedfair.fairness import pooled  # torch, through core: not for the report's names of these rows
 
+    losses, correct = base_rate_losses(prior_labels, labels, num_classes)
+    return pooled.group_risk_report(losses, correct, rho)
+
+
+def base_rate_losses(prior_labels: np.ndarray, labels: np.ndarray, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The base-rate predictor's loss and correctness on each row labelled `labels` (`base_rate_report`'s rows).
+
+    Raises:
+        ConfigError: empty rows, or a label outside 0 .. `num_classes` - 1.
+    """
     classes = max(num_classes, 2)
     prior, held = _labels("prior_labels", prior_labels, classes), _labels("labels", labels, classes)
     counts = np.maximum(np.bincount(prior, minlength=classes).astype(np.float64), 1.0)
     shares = counts / counts.sum()
-    return pooled.group_risk_report(-np.log(shares[held]), held == int(np.argmax(shares)), rho)
+    return -np.log(shares[held]), held == int(np.argmax(shares))
 
 
 def _labels(name: str, labels: np.ndarray, classes: int) -> np.ndarray:
