@@ -3,7 +3,7 @@
 Runs `fedfair launch --seed S` (what `make demo` runs, with each seed) one seed after another, and reads
 back the comparison it keeps beside its report (``comparison.json``): both models' exact worst-group risk on
 the same held-out rows, and the federation's own private estimate with its 95% interval. Also counts the
-closing console's lines and its longest line (targets: at most 12 lines of at most 120 characters).
+closing console's lines and its longest line (targets: at most 15 lines of at most 120 characters).
 
 Prints JSON (and writes it with --json PATH):
   {"seeds": [{"seed", "fedsrcvar_worst", "fedavg_worst", "rows", "private_worst", "private_low",

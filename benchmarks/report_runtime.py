@@ -88,7 +88,7 @@ def demo_seeds(name: str, document: Mapping[str, Any]) -> Section:
         "`make demo` over seeds: FedSRCVaR against FedAvg, measured alike",
         "Each seed runs `fedfair launch --seed S`: both models evaluated exactly on the same held-out rows of the "
         "sites, beside the federation's private estimate (noised secure sums) with its 95% interval, and the "
-        "closing console's size (target: at most 12 lines of at most 120 characters).",
+        "closing console's size (target: at most 15 lines of at most 120 characters).",
         body,
     )
 

@@ -8,7 +8,6 @@ reference`) is `fedfair.research.flags`; the grid of experiments, `fedfair sweep
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -26,6 +25,7 @@ from fedfair.core.objective import cvar_threshold
 from fedfair.core.server import ServerState
 from fedfair.datasets import ClientSplit, Dataset, load_csv, load_dataset, partition
 from fedfair.fairness import pooled
+from fedfair.fairness.references import uniform_risk
 from fedfair.privacy.config import PrivacyConfig
 from fedfair.research import minimax
 from fedfair.research.baselines import FedAvgSettings
@@ -223,18 +223,6 @@ def run_method(
         colluders=config.colluders or 0,
     )
     return _from_result(method.run(task, config.settings), method.has_threshold)
-
-
-def uniform_risk(num_classes: int) -> float:
-    """Ln K: the cross-entropy of the uniform classifier on K classes, whatever the data.
-
-    The paper draws it as a reference line: at small rho a minimax-fair model can do
-    no better on its worst group (BPF's critical group size; the paper's Remark on it).
-    A binary model with one logit is uniform at logit 0, with the same ln 2.
-    """
-    if num_classes < 1:
-        raise ConfigError(f"the uniform classifier needs at least one class, got {num_classes}")
-    return math.log(max(num_classes, 2))
 
 
 def evaluation_model(config: ExperimentConfig, federation: Federation) -> torch.nn.Module:

@@ -1,17 +1,20 @@
-"""Each method's Pareto front of worst-group against mean risk, from the study's validation runs.
+"""Each method's Pareto front of worst-group against mean risk, and one figure that compares two fronts.
 
 Every grid point of every method already has a validation run judged at every rho the study judges
 (`study.Study.selection_runs`): `fedfair reproduce` reads the fronts off those cached results, so drawing
 them trains nothing. They are validation rows (the 20% of training rows the grid is chosen on), not the test
-rows of the study's other tables.
+rows of the study's other tables. The stopped fronts (`benchmarks/fronts_study.py`) are test rows, each point
+stopped by validation, and `dominance_rows` reads each at FedAvg's held-out mean risk (issue 96).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 
 DIVERGED_RISK = 1e3
@@ -82,3 +85,57 @@ def front_rows(points: Sequence[Judged]) -> list[dict[str, Any]]:
         }
         for judged, kept in zip(points, marks, strict=True)
     ]
+
+
+def worst_at_mean(points: Sequence[tuple[float, float]], mean: float) -> float | None:
+    """The lowest worst risk the front of `points` (mean, worst) reaches at a mean risk of at most `mean`.
+
+    The front (`on_front`) in order of mean risk falls in worst risk: between two of its points the figure is on the
+    segment joining them, past its last point its last point's (a lower mean risk is no cost). None where `mean` is
+    below every point's mean risk: no point of the front is as good on the mean.
+    """
+    front = sorted(point for point, kept in zip(points, on_front(points), strict=True) if kept)
+    if not front or mean < front[0][0]:
+        return None
+    for (low_mean, low_worst), (high_mean, high_worst) in zip(front, front[1:]):
+        if low_mean <= mean < high_mean:
+            return low_worst + (mean - low_mean) / (high_mean - low_mean) * (high_worst - low_worst)
+    return front[-1][1]
+
+
+def dominance_rows(points: Sequence[Mapping[str, Any]], reference: str, anchor: str) -> list[dict[str, Any]]:
+    """Each method's front read at `anchor`'s mean risk, seed by seed, and its gap to `reference`'s, paired.
+
+    `points` are ``fronts_stopped.csv``'s rows (``method``, ``seed``, ``held_out_mean_risk``,
+    ``held_out_worst_risk``): on each seed a method's points make its front, `anchor`'s (FedAvg's) point on that
+    seed gives the mean risk it is read at (`worst_at_mean`: the lowest worst risk at no higher a mean risk). A row per method: the mean over the seeds where both
+    it and `reference` reach that mean risk, and its gap to `reference` with the gap's standard error over them
+    (None with fewer than two such seeds).
+    """
+    by: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for row in points:
+        key = (str(row["method"]), str(row["seed"]))
+        by.setdefault(key, []).append((float(row["held_out_mean_risk"]), float(row["held_out_worst_risk"])))
+    seeds = sorted({seed for method, seed in by if method == anchor})
+    methods = list(dict.fromkeys(method for method, _ in by))
+    rows = []
+    for method in methods:
+        read, gaps = [], []
+        for seed in seeds:
+            at = by[(anchor, seed)][0][0]
+            mine = worst_at_mean(by.get((method, seed), []), at)
+            theirs = worst_at_mean(by.get((reference, seed), []), at)
+            if mine is not None and theirs is not None:
+                read.append(mine)
+                gaps.append(mine - theirs)
+        spread = float(np.std(gaps, ddof=1) / math.sqrt(len(gaps))) if len(gaps) >= 2 else None
+        rows.append(
+            {
+                "method": method,
+                "seeds": len(gaps),
+                "worst_at_anchor_mean": float(np.mean(read)) if read else None,
+                "gap_to_reference": float(np.mean(gaps)) if gaps else None,
+                "gap_standard_error": spread,
+            }
+        )
+    return rows

@@ -1,4 +1,4 @@
-"""The exact comparison ``fedfair launch`` prints: FedSRCVaR's model and FedAvg's, judged alike on the same rows.
+"""The exact comparison ``fedfair launch`` prints: FedSRCVaR's model, FedAvg's and two constants, on the same rows.
 
 A rehearsal holds every institution's table on one machine, so what no real federation can do is possible
 here: read each site's rows exactly as its collaborator read them (the same files, the same split into
@@ -106,7 +106,9 @@ def plan_aggregate(plan: AggregatorPlan, names: Sequence[str]) -> Callable[[list
 def exact_comparison(workspace: Workspace, plan: AggregatorPlan) -> dict[str, dict[str, float]]:
     """FedSRCVaR's final model and an in-process FedAvg, each evaluated exactly on the sites' held-out rows.
 
-    Each report is :func:`fedfair.fairness.pooled.group_risk_report`'s, with "rows": the held-out rows' count.
+    Each report is :func:`fedfair.fairness.pooled.group_risk_report`'s, with "rows": the held-out rows' count. After
+    the two models, the two constants every fairness figure is read against, on the same rows
+    (:mod:`fedfair.fairness.references`): the uniform classifier h̄ and the base rate of the sites' training rows.
 
     FedAvg trains on the sites' training rows with the plan's schedule (rounds, local steps, batch fraction,
     step size, seed, suffix averaging) and its [influence] weights and update bound (:func:`plan_aggregate`): the
@@ -119,6 +121,7 @@ def exact_comparison(workspace: Workspace, plan: AggregatorPlan) -> dict[str, di
     from fedfair.core.evaluation import evaluate
     from fedfair.core.models import flat_parameters
     from fedfair.fairness.pooled import group_risk_report
+    from fedfair.fairness.references import reference_reports
     from fedfair.simulation.rounds import run_rounds
 
     bundle = load_bundle(final_bundle(workspace))
@@ -132,10 +135,13 @@ def exact_comparison(workspace: Workspace, plan: AggregatorPlan) -> dict[str, di
     fedavg_model = dataclasses.replace(plan.model, features=federation.num_features, classes=federation.num_classes)
     fedavg = evaluate(fedavg_model.build(), trained.state.theta_average, held_out)
     rows = {"rows": float(held_out.size)}
+    constants = reference_reports(
+        federation.pooled("train").labels.numpy(), held_out.labels.numpy(), federation.num_classes, rho
+    )
     return {
         "FedSRCVaR": group_risk_report(fedsrcvar.losses, fedsrcvar.correct, rho).to_dict() | rows,
         "FedAvg": group_risk_report(fedavg.losses, fedavg.correct, rho).to_dict() | rows,
-    }
+    } | {name: report.to_dict() | rows for name, report in constants.items()}
 
 
 FEDAVG = Comparison(exact_comparison)

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from fedfair.core.errors import ConfigError
+from fedfair.fairness.references import reference_reports
 from fedfair.research import stopping, tuning
 from fedfair.research.paired import paired_rows
-from fedfair.research.runs import Run, judged_at, run_all
+from fedfair.research.runs import Run, federation_for, judged_at, run_all
 from fedfair.research.study import METHOD_LABELS, OWN_SETTING_AXES, Point, Study, ladder_point
 
 STEP_EXTENSION_RUNS = 4
@@ -252,12 +253,32 @@ def coordinates(point: tuning.Coordinates) -> str:
     return "|".join(f"{value:g}" for value in point)
 
 
+HELD_OUT_COLUMNS = ("worst_risk", "mean_risk", "accuracy", "worst_error")
+"""A test run's held-out figures in ``stopped.csv``, each as ``held_out_<figure>``: the worst-rho risk the table
+ranks by, beside the mean risk, the accuracy and the worst-rho error that say what the ranking buys (issue 96)."""
+
+
+def held_out_row(
+    label: str, rho: float, seed: int, stop_round: int | None, ceiling: int, result: Mapping[str, Any]
+) -> dict[str, Any]:
+    """One test run's row of ``stopped.csv``: `method,rho,seed,stop_round,max_rounds` and `HELD_OUT_COLUMNS`."""
+    report = judged_at(result, rho)
+    return {
+        "method": label,
+        "rho": rho,
+        "seed": seed,
+        "stop_round": stop_round,
+        "max_rounds": ceiling,
+        **{f"held_out_{figure}": report[figure] for figure in HELD_OUT_COLUMNS},
+    }
+
+
 def stopped_rows(
     study: Study, rho: float, chosen: Mapping[str, Stopped], cache_folder: Path, workers: int
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """The test runs of every stopped choice: ``stopped.csv``'s rows, the choices' rows, and the paired gaps.
 
-    ``stopped.csv`` has a row per (method, seed): `method,rho,seed,stop_round,max_rounds,held_out_worst_risk`.
+    ``stopped.csv`` has a row per (method, seed), `held_out_row`'s.
     The choices' rows give each method's point, stop round, ceiling, validation risk, the axes searched, the points
     tried (``step|knob:risk``, space-separated), those pruned (``step|knob@round``), limits and costs.
     """
@@ -270,17 +291,10 @@ def stopped_rows(
     rows, choice_rows = [], []
     for method, stopped in chosen.items():
         tested = [results[run] for run in runs.get(method, [])]
-        for seed, result in enumerate(tested):
-            rows.append(
-                {
-                    "method": METHOD_LABELS[method],
-                    "rho": rho,
-                    "seed": seed,
-                    "stop_round": stopped.stop.round,
-                    "max_rounds": stopped.stop.ceiling,
-                    "held_out_worst_risk": judged_at(result, rho)["worst_risk"],
-                }
-            )
+        rows += [
+            held_out_row(METHOD_LABELS[method], rho, seed, stopped.stop.round, stopped.stop.ceiling, result)
+            for seed, result in enumerate(tested)
+        ]
         search = stopped.search
         limits = [*search.limits(), *stopped.stop.limits]
         choice_rows.append(
@@ -302,3 +316,66 @@ def stopped_rows(
         )
     by_method = {(method, rho): [results[run] for run in listed] for method, listed in runs.items()}
     return rows, choice_rows, paired_rows(by_method, METHOD_LABELS)
+
+
+def committed_stops(
+    choice_rows: Sequence[Mapping[str, str]], tuning_csv: Sequence[Mapping[str, str]], study: Study, rho: float
+) -> dict[str, tuple[Point, int, int]]:
+    """Each study method's stopped choice at `rho` read back from a committed ``stopped_choice.csv``.
+
+    Each is (point, stop round, ceiling): the point rebuilt from the tuned point its search started at
+    (`committed_choices`) moved to the point tried whose description is the row's ``chosen``, so a test run of it
+    has the flags the committed test runs had.
+
+    Raises:
+        ConfigError: a method has no row at `rho`, or no point it tried is the one the row names.
+    """
+    labels = {label: method for method, label in METHOD_LABELS.items()}
+    starts = committed_choices(tuning_csv, study, rho)
+    found: dict[str, tuple[Point, int, int]] = {}
+    for row in choice_rows:
+        method = labels[row["method"]]
+        if float(row["rho"]) != rho or method not in study.methods:
+            continue
+        axes = stopped_axes(method, starts[method], len(row["axes"].split(" | ")) - 1)
+        for tried in row["points_tried"].split():
+            point = starts[method]
+            for axis, value in zip(axes, tried.split(":")[0].split("|"), strict=True):
+                point = with_knob(point, axis, float(value))
+            if point.describe(method) == row["chosen"]:
+                found[method] = (point, int(row["stop_round"]), int(row["max_rounds"]))
+                break
+        else:
+            raise ConfigError(f"no point {row['method']} tried is its choice {row['chosen']!r}: is the table whole?")
+    missing = [method for method in study.methods if method not in found]
+    if missing:
+        raise ConfigError(f"the stopped choices hold no row at rho {rho:g} for {missing}: run their stopped search")
+    return found
+
+
+def retested_rows(
+    study: Study, rho: float, stops: Mapping[str, tuple[Point, int, int]], cache_folder: Path, workers: int
+) -> list[dict[str, Any]]:
+    """The test runs of committed stopped choices (`committed_stops`) trained again: ``stopped.csv``'s rows."""
+    runs = {method: stopped_test_runs(study, method, rho, point, stop) for method, (point, stop, _) in stops.items()}
+    results = run_all([run for listed in runs.values() for run in listed], cache_folder, workers, "testing again")
+    return [
+        held_out_row(METHOD_LABELS[method], rho, seed, stops[method][1], stops[method][2], results[run])
+        for method, listed in runs.items()
+        for seed, run in enumerate(listed)
+    ]
+
+
+def reference_rows(study: Study) -> list[dict[str, Any]]:
+    """h̄'s and the base rate's figures on the study's test rows at each of its rhos (``references.csv``): exact.
+
+    No training: the base rate's shares are those of the pooled training rows every test run trains on.
+    """
+    federation = federation_for(study.test_runs(study.methods[0], study.rhos[0], Point(1.0))[0].flags, "test")
+    train, test = federation.pooled("train").labels.numpy(), federation.pooled("test").labels.numpy()
+    return [
+        {"predictor": name, "rho": rho, "held_out_rows": test.size}
+        | {f"held_out_{figure}": getattr(report, figure) for figure in HELD_OUT_COLUMNS}
+        for rho in study.rhos
+        for name, report in reference_reports(train, test, federation.num_classes, rho).items()
+    ]

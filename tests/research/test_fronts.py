@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 
-from fedfair.research.fronts import DIVERGED_RISK, Judged, diverged, front_rows, on_front
+import pytest
+
+from fedfair.research.fronts import DIVERGED_RISK, Judged, diverged, dominance_rows, front_rows, on_front, worst_at_mean
 
 NAN = math.nan
 
@@ -47,3 +49,44 @@ def test_each_methods_front_at_each_rho_is_its_own() -> None:
     assert [row["diverged"] for row in rows] == [False, False, False, False, True]
     assert [row["chosen"] for row in rows] == [True, True, False, True, False]
     assert list(rows[0]) == ["rho", "method", "point", "mean_risk", "worst_risk", "diverged", "on_front", "chosen"]
+
+
+def test_a_front_is_read_on_the_segment_between_its_points_and_at_its_end_past_them() -> None:
+    # Three points on the front, one dominated: at mean 0.35, halfway between (0.3, 0.9) and (0.4, 0.7), 0.8.
+    points = [(0.3, 0.9), (0.4, 0.7), (0.6, 0.65), (0.5, 0.95)]
+    assert worst_at_mean(points, 0.35) == pytest.approx(0.8)
+    assert worst_at_mean(points, 0.4) == pytest.approx(0.7)
+    assert worst_at_mean(points, 0.5) == pytest.approx(0.675)  # the dominated (0.5, 0.95) is no part of it
+    # Past its last point the front's lowest worst risk (a lower mean is no cost); before its first, nothing.
+    assert worst_at_mean(points, 0.7) == pytest.approx(0.65) and worst_at_mean(points, 0.2) is None
+    assert worst_at_mean([(0.3, 0.9)], 0.3) == pytest.approx(0.9) and worst_at_mean([], 0.3) is None
+
+
+def test_each_front_is_read_at_fedavgs_mean_seed_by_seed_and_paired_against_the_reference() -> None:
+    rows = []
+    for seed, shift in ((0, 0.0), (1, 0.01), (2, 0.02)):
+        rows += [
+            {"method": "FedAvg", "seed": seed, "held_out_mean_risk": 0.4, "held_out_worst_risk": 0.9 + shift},
+            {"method": "FedSRCVaR", "seed": seed, "held_out_mean_risk": 0.3, "held_out_worst_risk": 0.9 + shift},
+            {"method": "FedSRCVaR", "seed": seed, "held_out_mean_risk": 0.5, "held_out_worst_risk": 0.7 + shift},
+            # TERM's front starts above FedAvg's mean on seed 2: that seed reads nothing for it.
+            {
+                "method": "TERM",
+                "seed": seed,
+                "held_out_mean_risk": 0.3 if seed < 2 else 0.45,
+                "held_out_worst_risk": 0.95,
+            },
+            {
+                "method": "TERM",
+                "seed": seed,
+                "held_out_mean_risk": 0.5,
+                "held_out_worst_risk": 0.75,
+            },
+        ]
+    by = {row["method"]: row for row in dominance_rows(rows, "FedSRCVaR", "FedAvg")}
+    # FedSRCVaR at mean 0.4: 0.8, 0.81, 0.82; TERM 0.85 on seeds 0 and 1: gaps 0.05 and 0.04.
+    assert by["FedSRCVaR"]["worst_at_anchor_mean"] == pytest.approx(0.81)
+    assert by["FedSRCVaR"]["gap_to_reference"] == pytest.approx(0.0) and by["FedSRCVaR"]["seeds"] == 3
+    assert by["TERM"]["seeds"] == 2 and by["TERM"]["gap_to_reference"] == pytest.approx(0.045)
+    assert by["TERM"]["gap_standard_error"] == pytest.approx(0.005)
+    assert by["FedAvg"]["gap_to_reference"] == pytest.approx(0.9 + 0.01 - 0.81)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from fedfair.core.errors import ConfigError
+from fedfair.fairness.references import BASE_RATE, UNIFORM
 from fedfair.research import stopped, stopping, tuning
 from fedfair.research.paper_splits import paper_split
 from fedfair.research.profiles import PROFILES
@@ -176,3 +177,49 @@ def test_a_method_not_rechosen_is_stopped_at_its_chosen_point_alone(
     assert len(chosen["term"].search.tried) == 5  # its start and the 4 neighbours, step and tilt
     assert list(chosen["fedsrcvar"].search.tried) == [(choices["fedsrcvar"].step,)]
     assert chosen["fedsrcvar"].point == choices["fedsrcvar"]
+
+
+def test_the_committed_stopped_choices_are_read_back_as_the_points_tested() -> None:
+    # Every method of the Adult table, its point rebuilt from its tuned start and the point tried that the row names.
+    methods = ("fedsrcvar", "fedavg", "fedavgm", "propfair", "term", "deltafl")
+    study = Study("adult", PROFILES["tuned"], methods, split=paper_split("adult"))
+    folder = FIGURES / "tuned_adult_all_rho"
+    stops = stopped.committed_stops(
+        read_csv(folder / "stopped_choice.csv"), read_csv(folder / "tuning.csv"), study, 0.1
+    )
+    assert set(stops) == set(study.methods)
+    point, stop, ceiling = stops["fedsrcvar"]
+    assert (point.step, point.epsilon, stop, ceiling) == (0.003, 0.0, 1220, 2000)
+    assert (stops["term"][0].step, stops["term"][0].setting) == (0.0003, 300.0)
+    # A row naming a point its search never tried is refused, naming the method.
+    rows = [row | {"chosen": "step 7"} for row in read_csv(folder / "stopped_choice.csv")]
+    with pytest.raises(ConfigError, match="no point FedSRCVaR tried is its choice 'step 7'"):
+        stopped.committed_stops(rows, read_csv(folder / "tuning.csv"), study, 0.1)
+
+
+def test_the_constants_rows_are_those_of_the_test_rows_every_run_is_judged_on() -> None:
+    every = stopped.reference_rows(adult())
+    assert sorted({row["rho"] for row in every}) == [0.1, 0.3, 0.5, 0.7]  # each rho the study judges
+    rows = {row["predictor"]: row for row in every if row["rho"] == 0.1}
+    assert rows[UNIFORM]["held_out_worst_risk"] == pytest.approx(math.log(2.0), abs=1e-12)
+    # Adult's 16,281 test rows, 23.6% above 50K: the base rate's worst tenth is all of them, each -ln 0.24 or so.
+    base = rows[BASE_RATE]
+    assert base["held_out_rows"] == 16281 and base["held_out_accuracy"] == pytest.approx(0.7638, abs=1e-4)
+    assert base["held_out_worst_error"] == 1.0 and base["held_out_worst_risk"] == pytest.approx(1.42, abs=0.01)
+
+
+@pytest.mark.study  # about 20 CPU-seconds: `make test-studies`
+def test_a_committed_stopped_choice_trained_again_reads_its_committed_figures(tmp_path: Path) -> None:
+    # FedAvg's two Adult test runs, the cheapest of the table: the worst risk to the last digit, and the figures
+    # the table now carries beside it.
+    study = Study("adult", PROFILES["tuned"], ("fedavg",), split=paper_split("adult"))
+    folder = FIGURES / "tuned_adult_all_rho"
+    stops = stopped.committed_stops(
+        read_csv(folder / "stopped_choice.csv"), read_csv(folder / "tuning.csv"), study, 0.1
+    )
+    again = stopped.retested_rows(study, 0.1, stops, tmp_path, 1)
+    committed = [row for row in read_csv(folder / "stopped.csv") if row["method"] == "FedAvg"]
+    assert [row["seed"] for row in again] == [0, 1] and len(committed) == 2
+    for fresh, row in zip(again, committed, strict=True):
+        for figure in stopped.HELD_OUT_COLUMNS:
+            assert fresh[f"held_out_{figure}"] == pytest.approx(float(row[f"held_out_{figure}"]), abs=1e-6), figure

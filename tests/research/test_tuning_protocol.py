@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from fedfair.core.errors import ConfigError
+from fedfair.fairness.references import BASE_RATE, UNIFORM
 from fedfair.research import selection, stopped, stopping, tuning
 from fedfair.research.flags import config_from_flags
 from fedfair.research.paper_splits import paper_split
@@ -385,7 +386,7 @@ def test_every_committed_stop_is_inside_its_ceiling_or_says_why(folder: str) -> 
     # (or at the ceiling ladder's top, named), its chosen point is the lowest stopped validation risk it tried, its
     # test seeds all ran that stop round, and the paired gaps are those of the same methods.
     rows = read_csv(FIGURES / folder / "stopped.csv")
-    assert list(rows[0]) == ["method", "rho", "seed", "stop_round", "max_rounds", "held_out_worst_risk"]
+    assert list(rows[0])[:6] == ["method", "rho", "seed", "stop_round", "max_rounds", "held_out_worst_risk"]
     choices = {row["method"]: row for row in read_csv(FIGURES / folder / "stopped_choice.csv")}
     assert {row["method"] for row in rows} == set(choices)
     for method, choice in choices.items():
@@ -432,3 +433,21 @@ def test_every_point_a_stopped_search_tried_is_on_todays_ladders(folder: str) ->
             assert len(values) == len(names), (choice["method"], pair)
             for name, value in zip(names, values, strict=True):
                 assert value in today[name].ladder, (choice["method"], name, value)
+
+
+@pytest.mark.parametrize("folder", STOPPED)
+def test_every_stopped_table_carries_the_constants_and_what_each_method_buys(folder: str) -> None:
+    # Issue 96: h̄ and the base rate on the same test rows, and each method's mean risk, accuracy and worst-rho
+    # error beside its worst-rho risk wherever measured (empty where the committed run was not trained again).
+    rows = read_csv(FIGURES / folder / "references.csv")
+    references = {row["predictor"]: row for row in rows if float(row["rho"]) == TABLE_RHO}
+    assert list(references) == [UNIFORM, BASE_RATE]
+    assert {float(row["rho"]) for row in rows} == set(PROFILES["tuned"].rhos) | {TABLE_RHO}
+    uniform, base = references[UNIFORM], references[BASE_RATE]
+    assert float(uniform["held_out_worst_risk"]) == float(uniform["held_out_mean_risk"]) in (math.log(2), math.log(10))
+    assert float(base["held_out_mean_risk"]) <= float(uniform["held_out_mean_risk"]) + 1e-3  # near the entropy
+    assert float(base["held_out_worst_risk"]) >= float(base["held_out_mean_risk"])
+    for row in read_csv(FIGURES / folder / "stopped.csv"):
+        if row.get("held_out_accuracy"):
+            assert 0.0 < float(row["held_out_accuracy"]) <= 1.0 and 0.0 <= float(row["held_out_worst_error"]) <= 1.0
+            assert float(row["held_out_mean_risk"]) <= float(row["held_out_worst_risk"])

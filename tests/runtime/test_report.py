@@ -12,6 +12,7 @@ rendered in headless Chromium where it is installed (`.ci/run` installs it).
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -27,6 +28,7 @@ from matplotlib.figure import Figure
 
 from fedfair import cli
 from fedfair.core.errors import ConfigError
+from fedfair.fairness.references import BASE_RATE, UNIFORM, uniform_report
 from fedfair.runtime.local.workspace import toml_text
 from fedfair.runtime.report import figures as report_figures
 from fedfair.runtime.output_folder import COMPARISON_NAME
@@ -501,15 +503,31 @@ def test_a_launch_comparison_is_the_reports_first_table(tmp_path: Path) -> None:
         "rows": 8140,
     }
     theirs = {**ours, "worst_risk": 0.9389, "disparity": 0.31}
-    comparison = {"rho": 0.3, "exact": {"FedSRCVaR": ours, "FedAvg": theirs}, "private": {}}
+    constants = {UNIFORM: uniform_report(2, 0.3).to_dict() | {"rows": 8140}, BASE_RATE: {**ours, "worst_risk": 1.1969}}
+    exact = {"FedSRCVaR": ours, "FedAvg": theirs} | constants
+    comparison = {"rho": 0.3, "exact": exact, "private": {}}
     (folder / COMPARISON_NAME).write_text(json.dumps(comparison))
     page = report.render(read_run(folder))
     section = page.split('<section id="comparison">')[1].split("</section>")[0]
     assert page.index('<section id="comparison">') < page.index('<section id="risks">')
     assert "same 8,140 held-out rows" in section and "worst-off 30%" in section
+    # Both trained models above h̄'s ln 2: the section says so first.
+    assert section.index("is above the uniform classifier h̄'s 0.6931") < section.index("<table")
     rows = re.findall(r"<tr><td>([^<]+)</td>((?:<td>[^<]+</td>)+)</tr>", section)
-    assert [name for name, _ in rows] == ["FedSRCVaR", "FedAvg"]
+    assert [name for name, _ in rows] == ["FedSRCVaR", "FedAvg", UNIFORM, BASE_RATE]
     assert re.findall(r"<td>([^<]+)</td>", rows[1][1])[:2] == ["0.9389", "0.4100"]
+    # The same rows as points, each drawn where its figures say, h̄'s worst-group risk the dashed line.
+    for name in exact:
+        assert f'id="tradeoff:{name}"' in section, name
+    drawn = report_figures.trade_off({name: (r["mean_risk"], r["worst_risk"]) for name, r in exact.items()}, UNIFORM)
+    lines = {line.get_gid(): line for line in drawn.axes[0].get_lines()}
+    assert list(lines[f"tradeoff:{UNIFORM}"].get_xydata()[0]) == pytest.approx([math.log(2), math.log(2)])
+    assert list(lines["tradeoff:FedAvg"].get_xydata()[0]) == pytest.approx([0.41, 0.9389])
+    assert lines["tradeoff:uniform"].get_ydata()[0] == pytest.approx(math.log(2))
+    # One trained model below h̄: no such sentence.
+    comparison["exact"] = exact | {"FedSRCVaR": {**ours, "worst_risk": 0.65}}
+    (folder / COMPARISON_NAME).write_text(json.dumps(comparison))
+    assert "is above the uniform classifier" not in report.render(read_run(folder))
     (folder / COMPARISON_NAME).write_text("{")
     with pytest.raises(ConfigError, match="comparison.json cannot be read"):
         read_run(folder)

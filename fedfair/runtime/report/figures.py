@@ -119,6 +119,30 @@ def stage_times(rounds: Sequence[int], stages: Mapping[str, Sequence[float]]) ->
     return figure
 
 
+def trade_off(models: Mapping[str, tuple[float, float]], uniform: str) -> Figure:
+    """Each model of the exact comparison as a point (mean risk, worst-group risk), h̄ among them as the reference.
+
+    `models` maps a name to its (mean, worst) risks on the same held-out rows; `uniform` names h̄'s: its worst-group
+    risk is drawn as a dashed line (``tradeoff:uniform``), so a point above it is beaten by a model that learnt
+    nothing on the figure the federation minimises. Each point's gid is ``tradeoff:<name>``.
+    """
+    figure = Figure(figsize=(WIDTH, 3.4), layout="constrained")
+    axis = figure.subplots()
+    for name, (mean, worst) in models.items():
+        marker = "*" if name == uniform else "o"
+        axis.plot([mean], [worst], marker=marker, markersize=9, linestyle="none", label=name, gid=f"tradeoff:{name}")
+        axis.annotate(name, (mean, worst), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    axis.axhline(
+        models[uniform][1], color="grey", linestyle="--", linewidth=1, label=f"{uniform}'s worst-group risk",
+        gid="tradeoff:uniform",
+    )  # fmt: skip
+    axis.set_xlabel("mean risk (held-out rows)")
+    axis.set_ylabel("worst-group risk")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7, loc="best")
+    return figure
+
+
 def _finish(axis: Axes) -> None:
     axis.grid(alpha=0.3)
     # Rounds are whole numbers: no tick at round 1.5.

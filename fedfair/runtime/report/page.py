@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fedfair.core.files import atomic_write
+from fedfair.fairness.references import UNIFORM
 from fedfair.runtime.report import verdicts
 from fedfair.runtime.report.data import (
     CELLS,
@@ -40,7 +41,7 @@ def render(run: Run) -> str:
     title = f"fedfair run report: {start.get('federation_id', run.folder.name)}"
     compared = _comparison_section(run)
     sections = (
-        *((("comparison", "FedSRCVaR against FedAvg", compared),) if compared else ()),
+        *((("comparison", "FedSRCVaR against FedAvg and two constants", compared),) if compared else ()),
         ("risks", "Worst-group and mean risk", _risks_section(run)),
         ("composition", "Who is in the worst-off group", _composition_section(run)),
         ("threshold", "Threshold c", _threshold_section(run)),
@@ -115,11 +116,35 @@ def _comparison_section(run: Run) -> str:
         + "</tr>"
         for name, report in exact.items()
     )
+    lead = (
+        f"<p class=headline>Every trained model's worst-off {rho:.0%} risk is above the uniform classifier h̄'s "
+        f"{float(exact[UNIFORM]['worst_risk']):.4f}: on this figure a model that learnt nothing (1/K to every class, "
+        "for everyone) beats them all, and the ranking is of who comes closest to it.</p>"
+        if verdicts.above_uniform(exact)
+        else ""
+    )
     return (
-        f'<p class="note">Each model evaluated exactly, on the same {rows:,} held-out rows (rho = {rho:g}: the '
-        f"worst-off {rho:.0%}); lower risk is better. Measured outside the federation, by fedfair launch; the "
-        "federation's own estimate is the headline above.</p>"
-        f'<table id="comparison-table">{header}{body}</table>'
+        lead + f'<p class="note">Each model evaluated exactly, on the same {rows:,} held-out rows (rho = {rho:g}: the '
+        f"worst-off {rho:.0%}); lower risk is better. Below the trained models, the two constants every figure is read "
+        "against: h̄, the uniform classifier (risk ln K on every row, its accuracy that of a random pick), and the base "
+        "rate (each class at its share of the training rows, the majority's accuracy). Measured outside the "
+        "federation, by fedfair launch; the federation's own estimate is the headline above.</p>"
+        f'<table id="comparison-table">{header}{body}</table>' + _trade_off(exact)
+    )
+
+
+def _trade_off(exact: Mapping[str, Mapping[str, float]]) -> str:
+    """The comparison's models on the plane of mean against worst-group risk, h̄ marked; empty without h̄'s row."""
+    from fedfair.runtime.report.figures import svg, trade_off  # matplotlib: loaded only to draw
+
+    if UNIFORM not in exact:
+        return ""
+    points = {name: (float(report["mean_risk"]), float(report["worst_risk"])) for name, report in exact.items()}
+    return (
+        "<p class=note>The same models as points: lower and further left is better on both. The trade-off the "
+        "federation chose is where its model sits against FedAvg's (the mean risk's minimiser among them) and h̄'s "
+        "dashed line: above it, a model that learnt nothing has the lower worst-group risk.</p>"
+        + svg(trade_off(points, UNIFORM))
     )
 
 

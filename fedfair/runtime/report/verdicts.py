@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from fedfair.fairness.references import BASE_RATE, UNIFORM
 from fedfair.fairness.tail import RESOLVED, epsilon_for, count_margin, noise_at_zero, rows_for
 
 LINE = 120
@@ -301,3 +302,19 @@ def warning_lines(evaluation: Mapping[str, Any]) -> list[str]:
     Each is one line of at most :data:`LINE` characters naming its cause and its fix.
     """
     return [warning for warning in (check(evaluation) for check in WARNINGS) if warning is not None]
+
+
+def trained(exact: Mapping[str, Mapping[str, float]]) -> dict[str, Mapping[str, float]]:
+    """The trained models of `fedfair launch`'s exact comparison: every row but the constants'."""
+    return {name: report for name, report in exact.items() if name not in (UNIFORM, BASE_RATE)}
+
+
+def above_uniform(exact: Mapping[str, Mapping[str, float]]) -> bool:
+    """Whether every trained model of the exact comparison has a worst-group risk above the uniform classifier's.
+
+    Then a model that learnt nothing beats them all on the figure they are ranked by. False for a comparison
+    written before it held h̄'s row.
+    """
+    if UNIFORM not in exact:
+        return False
+    return all(float(report["worst_risk"]) > float(exact[UNIFORM]["worst_risk"]) for report in trained(exact).values())

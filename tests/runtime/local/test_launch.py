@@ -26,6 +26,7 @@ import pytest
 from fedfair.core.errors import ConfigError
 from fedfair.datasets import load_dataset, partition
 from fedfair.cli.status import describe
+from fedfair.fairness.references import BASE_RATE, UNIFORM
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.config import load_collaborator_config
@@ -335,7 +336,12 @@ def test_the_exact_comparison_reads_the_rows_and_model_the_federation_evaluated(
     exact = exact_comparison(workspace, plan)
     own = json.loads((workspace.output / "final_model.json").read_text())["evaluation"]
     ours = exact["FedSRCVaR"]
-    assert ours["rows"] == exact["FedAvg"]["rows"] == own["samples"]
+    assert ours["rows"] == exact["FedAvg"]["rows"] == exact[UNIFORM]["rows"] == own["samples"]
+    # The constants on the same rows: h̄ at ln 2 on every row; the base rate right on the majority, below ln 2 on
+    # the mean (Adult's label entropy, about 0.55) and above it on the worst 30%, the minority's -ln share.
+    assert exact[UNIFORM]["worst_risk"] == exact[UNIFORM]["mean_risk"] == pytest.approx(math.log(2.0), abs=1e-12)
+    base = exact[BASE_RATE]
+    assert 0.5 < base["accuracy"] < 0.9 and base["mean_risk"] < math.log(2.0) < base["worst_risk"]
     assert own["worst_risk"] - own["worst_risk_gap"] - 1e-9 <= ours["worst_risk"] <= own["worst_risk"] + 1e-9
     assert ours["mean_risk"] == pytest.approx(own["mean_risk"], abs=1e-6) and ours["accuracy"] == own["accuracy"]
     printed = next(line for line in done.stdout.splitlines() if line.strip().startswith("FedSRCVaR"))

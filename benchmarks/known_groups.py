@@ -1,0 +1,80 @@
+"""Known groups held out: each stopped method's risk on every race and sex group of the test rows (issue 96).
+
+Reads the committed stopped choices (FOLDER/stopped_choice.csv, FOLDER/tuning.csv), finds their test runs in
+--cache (as `benchmarks/stopped_study.py --retest` leaves them, each with its rows' losses) and writes
+FOLDER/known_groups.csv: a row per (method, seed, column, group) with the group's held-out rows and mean loss, its
+worst group marked, h̄ and the base rate on the same rows. No group column was used in training (the sites are the
+partition's, which may be one of the columns: Adult's and Census-Income's sites are its race groups). Trains
+nothing: a method whose test runs are not in the cache is left out, said on stdout. E.g.
+
+    python benchmarks/known_groups.py --dataset adult --folder docs/figures/tuned_adult_all_rho \\
+        --cache /tmp/stopped_adult --columns race,sex
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from fedfair.fairness.references import BASE_RATE, UNIFORM, base_rate_losses, uniform_risk
+from fedfair.research import stopped
+from fedfair.research.experiment import held_out_columns
+from fedfair.research.flags import config_from_flags
+from fedfair.research.known_groups import known_group_rows
+from fedfair.research.paper_splits import paper_split
+from fedfair.research.profiles import PROFILES, TABLE_RHO
+from fedfair.research.reproduce import read_csv, write_csv
+from fedfair.research.runs import federation_for, row_losses, run_all
+from fedfair.research.study import METHOD_LABELS, Study
+
+METHODS = ("fedsrcvar", "fedavg", "fedavgm", "propfair", "term", "deltafl")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--folder", type=Path, required=True, help="the stopped study's folder")
+    parser.add_argument("--cache", type=Path, required=True, help="where its test runs are cached")
+    parser.add_argument("--columns", required=True, help="the held-out group columns, e.g. race,sex")
+    parser.add_argument("--loss-rows", type=int, default=0, help="as the study's --loss-rows")
+    parser.add_argument("--rho", type=float, default=TABLE_RHO)
+    args = parser.parse_args()
+    study = Study(args.dataset, PROFILES["tuned"], METHODS, loss_rows=args.loss_rows, split=paper_split(args.dataset))
+    stops = stopped.committed_stops(
+        read_csv(args.folder / "stopped_choice.csv"), read_csv(args.folder / "tuning.csv"), study, args.rho
+    )
+    names = args.columns.split(",")
+    rows = []
+    for method, (point, stop, _) in stops.items():
+        runs = stopped.stopped_test_runs(study, method, args.rho, point, stop)
+        if not all((args.cache / f"{run.key}.json").exists() for run in runs):
+            print(
+                f"{METHOD_LABELS[method]}: its test runs are not in {args.cache}; left out (train them with --retest)"
+            )
+            continue
+        results = run_all(runs, args.cache, 1, f"reading {METHOD_LABELS[method]}")
+        for seed, run in enumerate(runs):
+            columns = groups_of(run.flags, names)
+            rows += known_group_rows(METHOD_LABELS[method], seed, row_losses(results[run]), columns)
+    # The constants on the same rows (seed 0's: the test rows are the same for every seed).
+    run = stopped.stopped_test_runs(study, "fedsrcvar", args.rho, stops["fedsrcvar"][0], stops["fedsrcvar"][1])[0]
+    federation = federation_for(run.flags, "test")
+    labels = federation.pooled("test").labels.numpy()
+    columns = groups_of(run.flags, names)
+    uniform = np.full(labels.size, uniform_risk(federation.num_classes))
+    rows += known_group_rows(UNIFORM, "", uniform, columns)
+    base, _ = base_rate_losses(federation.pooled("train").labels.numpy(), labels, federation.num_classes)
+    rows += known_group_rows(BASE_RATE, "", base, columns)
+    write_csv(args.folder / "known_groups.csv", rows)
+
+
+def groups_of(flags: tuple[str, ...], names: list[str]) -> dict[str, np.ndarray]:
+    """Each of the columns `names` for every test row of the run of `flags`, in its losses' order."""
+    held = held_out_columns(config_from_flags(flags), names)
+    return {name: held[name] for name in names}  # not the label column it adds
+
+
+if __name__ == "__main__":
+    main()
