@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import subprocess
 import sys
 import threading
@@ -47,7 +48,7 @@ from fedfair.runtime.collaborator.stage_steps import STEPS
 from fedfair.runtime.collaborator.steps import Work
 from fedfair.runtime.contract import ACCEPTED, BOUNDED_TRAINING
 from fedfair.runtime.failures import PLAN_CHANGED, PLAN_MISMATCH
-from fedfair.runtime.manifest import load_manifest
+from fedfair.runtime.manifest import UNPINNED_PLAN_WARNING, load_manifest
 from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.runtime.transport import (
     PeerAuthenticator,
@@ -278,9 +279,16 @@ def test_the_command_line_refuses_bad_input_naming_the_fix(
     assert "give --config or the flags, not both" in said
 
 
-def test_local_checks_name_the_certificate_and_the_manifest(federation: Path) -> None:  # noqa: F811
+def test_local_checks_name_the_certificate_and_the_manifest(
+    federation: Path,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     config = auditor_config(federation, "127.0.0.1:9")
-    check_auditor_identity(config)  # its own files, its pin: nothing to refuse
+    with caplog.at_level(logging.WARNING, logger="fedfair.auditor"):
+        check_auditor_identity(config)  # its own files, its pin: nothing to refuse
+    # The roster before `plan pin` (an operator's easy slip): the aggregator alone would say which bound is checked.
+    (warned,) = [record.getMessage() for record in caplog.records if record.name == "fedfair.auditor"]
+    assert warned == f"{federation / 'manifest.toml'}: {UNPINNED_PLAN_WARNING}"
     other = dataclasses.replace(config, name="hospital-a")
     with pytest.raises(ConfigError, match="name = 'hospital-a' but .* certifies 'audit-co'"):
         check_auditor_identity(other)

@@ -10,6 +10,7 @@ Why: docs/security.md, "Bounded inputs (two verifiers)".
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,16 @@ from fedfair.core.tables import ADDRESS_RE, Table, check_sections, read_toml
 from fedfair.pki.names import validate_name
 from fedfair.runtime.collaborator.config import DEFAULT_IDLE_TIMEOUT_SECONDS, retry_policy
 from fedfair.runtime.collaborator.retries import DEFAULT_RETRY_POLICY, RetryPolicy
-from fedfair.runtime.manifest import Manifest, check_certificate, load_manifest, pinned_auditor
+from fedfair.runtime.manifest import (
+    UNPINNED_PLAN_WARNING,
+    Manifest,
+    check_certificate,
+    load_manifest,
+    pinned_auditor,
+)
 from fedfair.runtime.transport import TlsFiles, check_tls_files
+
+logger = logging.getLogger("fedfair.auditor")
 
 ROLE = "auditor"
 """The certificate role an auditor dials with (``fedfair pki request --role auditor``)."""
@@ -148,6 +157,9 @@ def check_auditor_identity(config: AuditorConfig) -> AuditorIdentity:
         )
     credential = pki.load_certificate(config.certificates.cert).public_bytes(serialization.Encoding.DER)
     check_certificate(manifest, config.name, credential)
+    if manifest.plan is None:
+        # As a site's: without the pinned plan the aggregator alone says which bound this auditor checks.
+        logger.warning("%s: %s", manifest.source, UNPINNED_PLAN_WARNING)
     named = pinned_auditor(manifest)
     if manifest.plan is not None and named != config.name:
         said = "names no auditor" if named is None else f"names {named!r} as its auditor"
