@@ -37,6 +37,9 @@ def test_init_with_an_auditor_is_pinned_and_loads_with_no_hand_edit(tmp_path: Pa
         *(f"fedfair collaborator start --config {site}/collaborator.toml" for site in SITES),
     ]
     setup = lines[: lines.index(starts[0])]
+    # In a deployment the pin's --config reaches no other party's file: the auditor is told its own edit too.
+    prose = " ".join((folder / README).read_text().split())
+    assert "adds that line to its own `collaborator.toml` (the auditor to its `auditor.toml`," in prose
     assert f"fedfair pki request --name {AUDITOR} --role auditor --out {AUDITOR}/certs" in setup
     ran = fresh_shell("\n".join(setup), folder)  # bash -e: the first failed command stops it
     assert ran.returncode == 0, ran.stdout + ran.stderr
