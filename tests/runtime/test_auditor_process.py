@@ -289,6 +289,13 @@ def test_local_checks_name_the_certificate_and_the_manifest(
     # The roster before `plan pin` (an operator's easy slip): the aggregator alone would say which bound is checked.
     (warned,) = [record.getMessage() for record in caplog.records if record.name == "fedfair.auditor"]
     assert warned == f"{federation / 'manifest.toml'}: {UNPINNED_PLAN_WARNING}"
+    # A ca.crt never copied back (`cp ca/ca.crt NAME/certs/` skipped): the fix says whose file it is.
+    files = dataclasses.replace(config.certificates, ca=federation / AUDITOR / "ca.crt")
+    with pytest.raises(ConfigError) as refused:
+        check_auditor_identity(dataclasses.replace(config, certificates=files))
+    said = str(refused.value)
+    assert f"certificate {federation / AUDITOR / 'ca.crt'} not found" in said, said
+    assert "Fix: correct --cert, --key and --ca: ca.crt is the one the CA holder sends back" in said, said
     other = dataclasses.replace(config, name="hospital-a")
     with pytest.raises(ConfigError, match="name = 'hospital-a' but .* certifies 'audit-co'"):
         check_auditor_identity(other)

@@ -138,9 +138,12 @@ def check_auditor_identity(config: AuditorConfig) -> AuditorIdentity:
     try:
         certified = check_tls_files(config.certificates, ROLE)
     except ConfigError as error:
+        # The README's steps say where each file comes from: ca.crt is the CA holder's, not the request's.
+        fix = "[certificates] in it" if config.source is not None else "--cert, --key and --ca"
         raise ConfigError(
-            f"{where}: the auditor's TLS files are unusable: {error}; an auditor dials with a certificate for the "
-            'role "auditor" (`fedfair pki request --role auditor`, signed by the CA holder)'
+            f"{where}: the auditor's TLS files are unusable: {error}. Fix: correct {fix}: ca.crt is the one the CA "
+            'holder sends back, and the certificate is for the role "auditor" (`fedfair pki request --role '
+            "auditor`, signed by the CA holder; steps 2 and 3 of the README.md `fedfair init` wrote)"
         ) from None
     if certified != config.name:
         raise ConfigError(
