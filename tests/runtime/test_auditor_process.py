@@ -296,6 +296,19 @@ def test_local_checks_name_the_certificate_and_the_manifest(
     said = str(refused.value)
     assert f"certificate {federation / AUDITOR / 'ca.crt'} not found" in said, said
     assert "Fix: correct --cert, --key and --ca: ca.crt is the one the CA holder sends back" in said, said
+    # Another federation's manifest listing an auditor of the same name, with another certificate.
+    elsewhere = federation / "elsewhere"
+    store.init_ca(elsewhere / "ca")
+    for name, role in (("aggregator", "aggregator"), *((site, "collaborator") for site in COLLABORATORS)):
+        store.issue(elsewhere / "ca", role, name)
+    _, request = store.request_certificate(elsewhere / AUDITOR, AUDITOR, "auditor")
+    store.sign_certificate(elsewhere / "ca", request)
+    write_manifest(elsewhere / "manifest.toml", Roster("other-fed", tuple(pins_from_folders([elsewhere / "ca"])), 0, 2))
+    with pytest.raises(ConfigError) as refused:
+        check_auditor_identity(dataclasses.replace(config, manifest=load_manifest(elsewhere / "manifest.toml")))
+    said = str(refused.value)
+    assert "the certificate of 'audit-co' (sha256 " in said and " is not the one the manifest " in said, said
+    assert "or --manifest names another federation's manifest (this one is federation 'other-fed')" in said, said
     other = dataclasses.replace(config, name="hospital-a")
     with pytest.raises(ConfigError, match="name = 'hospital-a' but .* certifies 'audit-co'"):
         check_auditor_identity(other)

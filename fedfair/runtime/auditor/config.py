@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
 from cryptography import x509
 
 from fedfair import pki
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, ManifestError
 from fedfair.core.tables import ADDRESS_RE, Table, check_sections, read_toml
 from fedfair.pki.names import validate_name
 from fedfair.runtime.collaborator.config import DEFAULT_IDLE_TIMEOUT_SECONDS, retry_policy
@@ -159,7 +159,16 @@ def check_auditor_identity(config: AuditorConfig) -> AuditorIdentity:
             'manifest lists it with role = "auditor": use that federation\'s manifest'
         )
     credential = pki.load_certificate(config.certificates.cert).public_bytes(serialization.Encoding.DER)
-    check_certificate(manifest, config.name, credential)
+    try:
+        check_certificate(manifest, config.name, credential)
+    except ManifestError as error:
+        # An auditor's file names no federation, so another federation's manifest that lists an auditor of the same
+        # name is caught only here: say so beside the renewed or misissued certificate the pin's message suspects.
+        setting = "[auditor] manifest" if config.source is not None else "--manifest"
+        raise ManifestError(
+            f"{where}: {error}; or {setting} names another federation's manifest (this one is federation "
+            f"{manifest.federation_id!r}): name the manifest of the federation this auditor serves"
+        ) from None
     if manifest.plan is None:
         # As a site's: without the pinned plan the aggregator alone says which bound this auditor checks.
         logger.warning("%s: %s", manifest.source, UNPINNED_PLAN_WARNING)
