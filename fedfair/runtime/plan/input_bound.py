@@ -118,7 +118,7 @@ def prepare_verification(secure: InputBound, party: str) -> None:
     # says the party is listening or joining.
     logger.info(
         "%s: compiling the bounded sum's arithmetic before the first round (the first time on this machine about "
-        "20 s of one idle core, longer on a busy one; then loaded from numba's cache in about 1 s)",
+        "20 s of one idle core, longer on a busy one; then loaded from numba's cache in seconds)",
         party,
     )
     started = time.perf_counter()
