@@ -321,6 +321,17 @@ def test_local_checks_name_the_certificate_and_the_manifest(
         auditor_config(federation, "nowhere")
 
 
+def test_a_folder_restored_in_part_is_refused_before_the_auditor_dials(federation: Path) -> None:  # noqa: F811
+    """totals.json recording a total without noise.secret beside it: named at construction, with no aggregator
+    (127.0.0.1:9 answers nothing), where it was named only once an aggregator served the plan."""
+    config = auditor_config(federation, "127.0.0.1:9")
+    config.folder.mkdir(parents=True, exist_ok=True)
+    entry = {"federation_id": "fedfair-demo", "round": 1, "model": "0" * 64, "sites": ["hospital-a", "hospital-b"]}
+    (config.folder / "totals.json").write_text(json.dumps([entry]))
+    with pytest.raises(ConfigError, match=r"noise\.secret is missing beside .*totals\.json, which records totals"):
+        AuditorProcess(config, retry=QUICK)
+
+
 def test_its_file_names_its_files_as_a_collaborators_does_and_refuses_unknown_keys(federation: Path) -> None:  # noqa: F811
     folder = federation / AUDITOR
     (folder / "auditor.toml").write_text(
