@@ -145,7 +145,7 @@ IDENTITY_IN_USE = FailureClass(
     "identity-in-use",
     False,
     "the aggregator refused this process: {details}",
-    "run one collaborator process per institution: stop the other one (its host is named above), or leave "
+    "run one process per institution (a site's collaborator, or the auditor): stop the other one (its host is named above), or leave "
     "it running and do not start this one",
 )
 TLS_FAILED = FailureClass(

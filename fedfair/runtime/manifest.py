@@ -41,7 +41,7 @@ UNPINNED_PLAN_WARNING = (
     "the manifest pins no plan: the aggregator may change the model, the evaluation grid, the schema and the "
     "masking graph at will; pin the agreed plan with `fedfair plan pin` and share the new manifest"
 )
-"""The one line a collaborator logs when its manifest has no [plan]."""
+"""The one line a collaborator or an auditor logs when its manifest has no [plan]."""
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,9 @@ def check_auditor(manifest: Manifest, auditor: str | None, where: str) -> None:
         raise ManifestError(
             f"{where}: [secure_aggregation] auditor = {auditor!r} is the manifest's {pin.role}, but the second "
             "verifier must be independent of the aggregator and of every site that may collude with it: name an "
-            'institution the manifest lists with role = "auditor"'
+            'institution the manifest lists with role = "auditor"; if its certificate was requested for the wrong '
+            f"role, request one with `fedfair pki request --name {auditor} --role auditor`, have it signed and run "
+            "`fedfair pki manifest` again"
         )
 
 

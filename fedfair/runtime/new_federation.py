@@ -356,7 +356,9 @@ its PATH (on another machine, name that machine's installation instead):
             "the roster's). Every institution reviews the manifest, compares the digest `plan pin` prints out of "
             f"band and keeps `{MANIFEST}` here. `--config` names it in each file given "
             f'(`manifest = "../{MANIFEST}"`); in a deployment each institution adds that line to its own '
-            "`collaborator.toml`, its one edit:",
+            "`collaborator.toml`"
+            + ("" if auditor is None else " (the auditor to its `auditor.toml`, which starts only with it)")
+            + ", its one edit:",
             list(manifest),
         ),
         (

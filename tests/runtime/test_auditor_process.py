@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import subprocess
 import sys
 import threading
@@ -47,7 +48,7 @@ from fedfair.runtime.collaborator.stage_steps import STEPS
 from fedfair.runtime.collaborator.steps import Work
 from fedfair.runtime.contract import ACCEPTED, BOUNDED_TRAINING
 from fedfair.runtime.failures import PLAN_CHANGED, PLAN_MISMATCH
-from fedfair.runtime.manifest import load_manifest
+from fedfair.runtime.manifest import UNPINNED_PLAN_WARNING, load_manifest
 from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.runtime.transport import (
     PeerAuthenticator,
@@ -278,9 +279,36 @@ def test_the_command_line_refuses_bad_input_naming_the_fix(
     assert "give --config or the flags, not both" in said
 
 
-def test_local_checks_name_the_certificate_and_the_manifest(federation: Path) -> None:  # noqa: F811
+def test_local_checks_name_the_certificate_and_the_manifest(
+    federation: Path,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     config = auditor_config(federation, "127.0.0.1:9")
-    check_auditor_identity(config)  # its own files, its pin: nothing to refuse
+    with caplog.at_level(logging.WARNING, logger="fedfair.auditor"):
+        check_auditor_identity(config)  # its own files, its pin: nothing to refuse
+    # The roster before `plan pin` (an operator's easy slip): the aggregator alone would say which bound is checked.
+    (warned,) = [record.getMessage() for record in caplog.records if record.name == "fedfair.auditor"]
+    assert warned == f"{federation / 'manifest.toml'}: {UNPINNED_PLAN_WARNING}"
+    # A ca.crt never copied back (`cp ca/ca.crt NAME/certs/` skipped): the fix says whose file it is.
+    files = dataclasses.replace(config.certificates, ca=federation / AUDITOR / "ca.crt")
+    with pytest.raises(ConfigError) as refused:
+        check_auditor_identity(dataclasses.replace(config, certificates=files))
+    said = str(refused.value)
+    assert f"certificate {federation / AUDITOR / 'ca.crt'} not found" in said, said
+    assert "Fix: correct --cert, --key and --ca: ca.crt is the one the CA holder sends back" in said, said
+    # Another federation's manifest listing an auditor of the same name, with another certificate.
+    elsewhere = federation / "elsewhere"
+    store.init_ca(elsewhere / "ca")
+    for name, role in (("aggregator", "aggregator"), *((site, "collaborator") for site in COLLABORATORS)):
+        store.issue(elsewhere / "ca", role, name)
+    _, request = store.request_certificate(elsewhere / AUDITOR, AUDITOR, "auditor")
+    store.sign_certificate(elsewhere / "ca", request)
+    write_manifest(elsewhere / "manifest.toml", Roster("other-fed", tuple(pins_from_folders([elsewhere / "ca"])), 0, 2))
+    with pytest.raises(ConfigError) as refused:
+        check_auditor_identity(dataclasses.replace(config, manifest=load_manifest(elsewhere / "manifest.toml")))
+    said = str(refused.value)
+    assert "the certificate of 'audit-co' (sha256 " in said and " is not the one the manifest " in said, said
+    assert "or --manifest names another federation's manifest (this one is federation 'other-fed')" in said, said
     other = dataclasses.replace(config, name="hospital-a")
     with pytest.raises(ConfigError, match="name = 'hospital-a' but .* certifies 'audit-co'"):
         check_auditor_identity(other)
@@ -291,6 +319,17 @@ def test_local_checks_name_the_certificate_and_the_manifest(federation: Path) ->
         check_auditor_identity(unlisted)
     with pytest.raises(ConfigError, match="--aggregator 'nowhere': expected host:port"):
         auditor_config(federation, "nowhere")
+
+
+def test_a_folder_restored_in_part_is_refused_before_the_auditor_dials(federation: Path) -> None:  # noqa: F811
+    """totals.json recording a total without noise.secret beside it: named at construction, with no aggregator
+    (127.0.0.1:9 answers nothing), where it was named only once an aggregator served the plan."""
+    config = auditor_config(federation, "127.0.0.1:9")
+    config.folder.mkdir(parents=True, exist_ok=True)
+    entry = {"federation_id": "fedfair-demo", "round": 1, "model": "0" * 64, "sites": ["hospital-a", "hospital-b"]}
+    (config.folder / "totals.json").write_text(json.dumps([entry]))
+    with pytest.raises(ConfigError, match=r"noise\.secret is missing beside .*totals\.json, which records totals"):
+        AuditorProcess(config, retry=QUICK)
 
 
 def test_its_file_names_its_files_as_a_collaborators_does_and_refuses_unknown_keys(federation: Path) -> None:  # noqa: F811

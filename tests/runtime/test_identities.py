@@ -61,6 +61,8 @@ def test_a_second_process_of_a_connected_site_is_refused_and_exits_non_zero(
             assert second.wait(120) == 2, processes.tail()
             said = "\n".join(second.lines)
             assert "identity-in-use" in said and "'site-a' is already connected from 127.0.0.1:" in said, said
+            # The auditor meets the same refusal: the fix names either kind of process.
+            assert "run one process per institution (a site's collaborator, or the auditor)" in said, said
             # Refused before it ever said it joined: the aggregator never took its task stream.
             assert "joined" not in said and "identity-in-use" in second.lines[-1], said
             refusal = [line for line in aggregator.lines if "refused WaitForTasks from 'site-a'" in line]

@@ -37,6 +37,9 @@ def test_init_with_an_auditor_is_pinned_and_loads_with_no_hand_edit(tmp_path: Pa
         *(f"fedfair collaborator start --config {site}/collaborator.toml" for site in SITES),
     ]
     setup = lines[: lines.index(starts[0])]
+    # In a deployment the pin's --config reaches no other party's file: the auditor is told its own edit too.
+    prose = " ".join((folder / README).read_text().split())
+    assert "adds that line to its own `collaborator.toml` (the auditor to its `auditor.toml`," in prose
     assert f"fedfair pki request --name {AUDITOR} --role auditor --out {AUDITOR}/certs" in setup
     ran = fresh_shell("\n".join(setup), folder)  # bash -e: the first failed command stops it
     assert ran.returncode == 0, ran.stdout + ran.stderr
@@ -50,6 +53,23 @@ def test_init_with_an_auditor_is_pinned_and_loads_with_no_hand_edit(tmp_path: Pa
     assert auditor.name == AUDITOR and auditor.folder == folder / AUDITOR
     for site in SITES:
         assert load_collaborator_config(folder / site / "collaborator.toml").manifest is not None
+
+
+def test_an_auditor_requested_as_a_collaborator_is_named_at_the_pin_not_added_to_the_sites(tmp_path: Path) -> None:
+    """The operator's slip: the auditor's request made with --role collaborator. The manifest then lists it among the
+    collaborators; the pin named the roster ("list exactly the manifest's collaborators"), a fix that makes it train."""
+    folder = tmp_path / "fed"
+    assert cli.main(["init", str(folder), "--sites", ",".join(SITES), "--auditor", AUDITOR]) == 0
+    lines = readme_lines(folder / README)
+    setup = lines[: lines.index("fedfair aggregator start --plan aggregator/plan.toml")]
+    slip = [line.replace(f"--name {AUDITOR} --role auditor", f"--name {AUDITOR} --role collaborator") for line in setup]
+    assert slip != setup
+    ran = fresh_shell("\n".join(slip), folder)
+    said = ran.stdout + ran.stderr
+    assert ran.returncode != 0, said  # bash -e: the pin, the first command that fails, is the last run
+    assert f"auditor = '{AUDITOR}' is the manifest's collaborator, but the second verifier must be" in said, said
+    assert f"request one with `fedfair pki request --name {AUDITOR} --role auditor`" in said, said
+    assert "list exactly the manifest's collaborators" not in said, said
 
 
 def test_every_key_of_auditor_toml_is_explained(tmp_path: Path) -> None:

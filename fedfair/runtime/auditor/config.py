@@ -10,6 +10,7 @@ Why: docs/security.md, "Bounded inputs (two verifiers)".
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,13 +20,21 @@ from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
 from cryptography import x509
 
 from fedfair import pki
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, ManifestError
 from fedfair.core.tables import ADDRESS_RE, Table, check_sections, read_toml
 from fedfair.pki.names import validate_name
 from fedfair.runtime.collaborator.config import DEFAULT_IDLE_TIMEOUT_SECONDS, retry_policy
 from fedfair.runtime.collaborator.retries import DEFAULT_RETRY_POLICY, RetryPolicy
-from fedfair.runtime.manifest import Manifest, check_certificate, load_manifest, pinned_auditor
+from fedfair.runtime.manifest import (
+    UNPINNED_PLAN_WARNING,
+    Manifest,
+    check_certificate,
+    load_manifest,
+    pinned_auditor,
+)
 from fedfair.runtime.transport import TlsFiles, check_tls_files
+
+logger = logging.getLogger("fedfair.auditor")
 
 ROLE = "auditor"
 """The certificate role an auditor dials with (``fedfair pki request --role auditor``)."""
@@ -129,9 +138,12 @@ def check_auditor_identity(config: AuditorConfig) -> AuditorIdentity:
     try:
         certified = check_tls_files(config.certificates, ROLE)
     except ConfigError as error:
+        # The README's steps say where each file comes from: ca.crt is the CA holder's, not the request's.
+        fix = "[certificates] in it" if config.source is not None else "--cert, --key and --ca"
         raise ConfigError(
-            f"{where}: the auditor's TLS files are unusable: {error}; an auditor dials with a certificate for the "
-            'role "auditor" (`fedfair pki request --role auditor`, signed by the CA holder)'
+            f"{where}: the auditor's TLS files are unusable: {error}. Fix: correct {fix}: ca.crt is the one the CA "
+            'holder sends back, and the certificate is for the role "auditor" (`fedfair pki request --role '
+            "auditor`, signed by the CA holder; steps 2 and 3 of the README.md `fedfair init` wrote)"
         ) from None
     if certified != config.name:
         raise ConfigError(
@@ -147,7 +159,19 @@ def check_auditor_identity(config: AuditorConfig) -> AuditorIdentity:
             'manifest lists it with role = "auditor": use that federation\'s manifest'
         )
     credential = pki.load_certificate(config.certificates.cert).public_bytes(serialization.Encoding.DER)
-    check_certificate(manifest, config.name, credential)
+    try:
+        check_certificate(manifest, config.name, credential)
+    except ManifestError as error:
+        # An auditor's file names no federation, so another federation's manifest that lists an auditor of the same
+        # name is caught only here: say so beside the renewed or misissued certificate the pin's message suspects.
+        setting = "[auditor] manifest" if config.source is not None else "--manifest"
+        raise ManifestError(
+            f"{where}: {error}; or {setting} names another federation's manifest (this one is federation "
+            f"{manifest.federation_id!r}): name the manifest of the federation this auditor serves"
+        ) from None
+    if manifest.plan is None:
+        # As a site's: without the pinned plan the aggregator alone says which bound this auditor checks.
+        logger.warning("%s: %s", manifest.source, UNPINNED_PLAN_WARNING)
     named = pinned_auditor(manifest)
     if manifest.plan is not None and named != config.name:
         said = "names no auditor" if named is None else f"names {named!r} as its auditor"

@@ -28,6 +28,7 @@ from fedfair.core.errors import (
 )
 from fedfair.runtime.auditor.config import ROLE, AuditorConfig, check_auditor_identity
 from fedfair.runtime.auditor.rounds import AuditorRounds
+from fedfair.runtime.auditor.totals import check_kept_state
 from fedfair.runtime.collaborator.connection import Connection, get_plan
 from fedfair.runtime.collaborator.preparation import plan_change
 from fedfair.runtime.collaborator.retries import RETRYABLE, Backoff, RetryPolicy, Target
@@ -51,6 +52,7 @@ class AuditorProcess:
         """
         self.config = config
         self.identity = check_auditor_identity(config)
+        check_kept_state(config.folder)
         stop = threading.Event()
         target = Target(config.aggregator, config.certificates, config.aggregator_name)
         self.backoff = Backoff(retry or config.retry, config.name, stop, target, config.name)

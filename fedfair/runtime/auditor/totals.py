@@ -117,10 +117,11 @@ class NoiseKeys:
         return mac.finalize()
 
 
-def kept_state(folder: Path, *, fresh_each_round: bool) -> tuple[FirstTotals, NoiseKeys]:
-    """The auditor's first totals and noise keys in `folder`, made together there when neither is.
+def check_kept_state(folder: Path) -> None:
+    """Refuse a `folder` holding one of ``totals.json`` and ``noise.secret`` without the other.
 
-    A folder's first start writes an empty ``totals.json`` and then ``noise.secret``, so from then on both are there.
+    Local, so checked before the auditor dials (:class:`~fedfair.runtime.auditor.process.AuditorProcess`): a partial
+    restore is named at once, not once an aggregator answers.
 
     Raises:
         ConfigError: one of them is missing beside the other (a partial restore, or a file deleted): a fresh secret
@@ -135,14 +136,25 @@ def kept_state(folder: Path, *, fresh_each_round: bool) -> tuple[FirstTotals, No
             f"over other sites, whose difference is one site's input; restore the folder's {TOTALS_NAME} from a "
             "backup, or give a new federation a new auditor folder"
         )
-    totals = FirstTotals(folder, fresh_each_round=fresh_each_round)
-    if not totals.empty and not secret_path.exists():
+    if totals_path.exists() and _read(totals_path) and not secret_path.exists():
         raise ConfigError(
             f"{secret_path} is missing beside {totals_path}, which records totals this auditor made: a new secret "
             "would noise a round run again afresh, and two draws of its noise averaged leave half its variance; "
             f"restore the folder's {NOISE_SECRET_NAME} from a backup, or give a new federation a new auditor folder"
         )
-    if not totals_path.exists():
+
+
+def kept_state(folder: Path, *, fresh_each_round: bool) -> tuple[FirstTotals, NoiseKeys]:
+    """The auditor's first totals and noise keys in `folder`, made together there when neither is.
+
+    A folder's first start writes an empty ``totals.json`` and then ``noise.secret``, so from then on both are there.
+
+    Raises:
+        ConfigError: one of them is missing beside the other (:func:`check_kept_state`).
+    """
+    check_kept_state(folder)
+    totals = FirstTotals(folder, fresh_each_round=fresh_each_round)
+    if not totals.path.exists():
         totals.save()
     return totals, NoiseKeys(folder)
 

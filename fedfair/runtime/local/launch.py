@@ -125,7 +125,11 @@ def run_launch(args: argparse.Namespace, comparison: Comparison | None = None) -
     if args.label is not None and not args.csv:
         raise ConfigError("--label names the label column of --csv tables; add --csv TABLE TABLE ...")
     if args.input_bound and args.csv:
-        raise ConfigError("--input-bound rehearses the built-in datasets; drop --csv, or drop --input-bound")
+        raise ConfigError(
+            "--input-bound rehearses the built-in datasets only: drop --csv to see the mode on them, or drop "
+            "--input-bound to rehearse your tables; to run the bound on your own tables, `fedfair init DIR --sites "
+            "A,B,C --csv SAMPLE --label COLUMN --auditor NAME` writes the federation and the README of its steps"
+        )
     if args.input_bound and args.no_secure_aggregation:
         raise ConfigError("--input-bound proves masked inputs within their bounds; drop --no-secure-aggregation")
     if not args.csv:

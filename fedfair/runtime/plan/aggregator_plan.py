@@ -183,6 +183,9 @@ def check_plan(manifest: Manifest, plan: AggregatorPlan, served: Mapping[str, An
     where = str(plan.source)
     check_federation(manifest, plan.federation_id, where)
     check_pinned_settings(manifest, served, where)
+    # Before the roster's comparison: an auditor whose certificate was requested as a collaborator's is listed among
+    # the manifest's collaborators, and "list exactly the manifest's collaborators" would make it train.
+    check_bounds(manifest, plan, where)
     listed = manifest.collaborator_names
     planned = frozenset(plan.collaborators)
     for names, what in ((planned - listed, "lists"), (listed - planned, "leaves out")):
@@ -196,7 +199,6 @@ def check_plan(manifest: Manifest, plan: AggregatorPlan, served: Mapping[str, An
             f"{where}: [aggregator] name = {plan.aggregator.name!r} but the manifest {manifest.source} names "
             f"{manifest.aggregator.name!r}; use the manifest's name"
         )
-    check_bounds(manifest, plan, where)
 
 
 def load_aggregator_plan(

@@ -114,6 +114,13 @@ def prepare_verification(secure: InputBound, party: str) -> None:
     """
     if secure.input_bound != TWO_VERIFIERS:
         return
+    # Said before, too: the first time on a machine this is minutes of silence on a busy machine, after a line that
+    # says the party is listening or joining.
+    logger.info(
+        "%s: compiling the bounded sum's arithmetic before the first round (the first time on this machine about "
+        "20 s of one idle core, longer on a busy one; then loaded from numba's cache in seconds)",
+        party,
+    )
     started = time.perf_counter()
     field.compile_kernels()
     logger.info(

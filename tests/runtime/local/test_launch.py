@@ -373,7 +373,10 @@ def test_launch_input_bound_plans_the_mode_with_its_auditor(tmp_path: Path) -> N
     assert (secure.input_bound, secure.auditor) == ("two_verifiers", AUDITOR) and secure.fractional_bits < 20
     assert workspace.auditor is not None
     check_auditor_identity(load_auditor_config(workspace.auditor))
-    for flags, said in ((("--no-secure-aggregation",), "drop --no-secure-aggregation"), (("--csv", "a.csv"), "--csv")):
+    for flags, said in (
+        (("--no-secure-aggregation",), "drop --no-secure-aggregation"),
+        (("--csv", "a.csv"), "drop --csv .* --csv SAMPLE --label COLUMN --auditor NAME` writes"),
+    ):
         with pytest.raises(ConfigError, match=said):
             run_launch(_arguments("--input-bound", *flags, *(("--label", "y") if "--csv" in flags else ())))
 
