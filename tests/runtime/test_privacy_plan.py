@@ -189,17 +189,32 @@ def test_a_noised_federation_reports_with_the_noise_each_site_charged(tmp_path: 
             PlanPrivacy(mode="distributed", epsilon=3.0),
             "local DP-SGD",
         ),
-        (PrivacyConfig(enabled=True, noise_multiplier=1.0), PlanPrivacy(), None),
+        (PrivacyConfig(enabled=True, noise_multiplier=1.0), PlanPrivacy(report_epsilon=1.0), None),
+        (
+            PrivacyConfig(enabled=True, noise_multiplier=1.0),
+            PlanPrivacy(),
+            "local DP-SGD noise to training, and the plan sends the evaluation answers and the table statistics "
+            "to the aggregator exact ([privacy] report_epsilon unset); ask the operator for a plan with "
+            "report_epsilon",
+        ),
     ],
 )
 def test_a_collaborator_refuses_a_plan_below_its_own_privacy(
     own: PrivacyConfig, plan: PlanPrivacy, refused: str | None
 ) -> None:
-    shortfall = privacy_shortfall(own, plan)
+    shortfall = privacy_shortfall(own, plan, secure=True)
     if refused is None:
         assert shortfall is None
     else:
         assert shortfall is not None and refused in shortfall
+
+
+def test_a_collaborators_own_dp_sgd_joins_a_plan_without_secure_aggregation() -> None:
+    """Without secure aggregation no plan can noise the answers, and the aggregator reads each site's answers and
+    statistics exact whatever the site does: its own DP-SGD is accepted there, so its updates keep their noise."""
+    own = PrivacyConfig(enabled=True, noise_multiplier=1.0)
+    assert privacy_shortfall(own, PlanPrivacy(), secure=False) is None
+    assert privacy_shortfall(own, PlanPrivacy(), secure=True) is not None
 
 
 def test_the_ledger_composes_training_rounds_with_their_sampling_and_add_on(tmp_path: Path) -> None:

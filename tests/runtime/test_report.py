@@ -446,9 +446,15 @@ def test_the_page_renders_in_chromium_with_the_logs_values(
 
 @pytest.mark.slow
 def test_the_aggregator_writes_the_report_at_the_end_of_a_real_run(tmp_path: Path) -> None:
-    """Three secure rounds, evaluated each, with DP at site-b, which shares its epsilon."""
+    """Three secure rounds, evaluated each under noised answers, with DP at site-b, which shares its epsilon (a site
+    with its own DP-SGD refuses a secure plan whose answers decode exact)."""
     workspace = new_workspace(
-        tmp_path, NAMES, training={"rounds": 3}, evaluation={"every": 1}, aggregator={"report": True}
+        tmp_path,
+        NAMES,
+        training={"rounds": 3},
+        evaluation={"every": 1},
+        aggregator={"report": True},
+        privacy={"report_epsilon": 1.0},
     )
     config = workspace.configs["site-b"]
     config.write_text(config.read_text() + toml_text({"privacy": {"enabled": True, "share_epsilon": True}}))
@@ -463,11 +469,11 @@ def test_the_aggregator_writes_the_report_at_the_end_of_a_real_run(tmp_path: Pat
         for name in NAMES:
             expected = ("contributed", "late") if name in record["contributors"] else ("dropped",)
             assert found[record["round"], name] in expected, (record, name)
-    # Exact sums (no report_epsilon): the final figures with their certified bracket, and no class-prior
-    # baseline, since an exact evaluation counts no labels.
+    # Noised answers: the final figures with their 95% interval (the exact sums' page: the tests above).
     final = read_round_log(workspace.output)[-1]["evaluation"]
-    assert f"Final evaluation (round 3): worst-group risk {final['worst_risk']:.4f} (exact sums" in page
-    assert 'id="risk:prior"' not in page and 'id="risk:interval"' in page and "worse than guessing" not in page
+    assert final["report_epsilon"] == 1.0
+    assert "Final evaluation (round 3): worst-group risk " in page and "(95% interval " in page
+    assert 'id="risk:interval"' in page
     shared = [event["epsilon"] for event in read_events(workspace.output) if event["event"] == "round"]
     assert set(shared[-1]) == {"site-b"}
     assert f"<tr><td>site-b</td><td>{shared[-1]['site-b']:.4g}</td><td>3</td>" in page

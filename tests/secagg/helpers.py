@@ -221,3 +221,10 @@ def party_order_at(spec: StageSpec) -> PartyOrder:
     for earlier in stages[: stages.index(spec)]:
         order.take(earlier, lambda: None)
     return order
+
+
+def view_table(rows: list[tuple[str, str, str, str]]) -> str:
+    """A view audit's "Who reads what" table for docs/security.md: a header and one line per role, indented
+    under its bullet."""
+    header = [("role", "holds", "subtracts", "left on what it reads"), ("---", "---", "---", "---")]
+    return "\n".join("  | " + " | ".join(row) + " |" for row in header + rows) + "\n"

@@ -166,7 +166,7 @@ def join(
             f"was not imported; if you trust that code, list it in {config.source} under [model] "
             f"factories",
         )
-    shortfall = privacy_shortfall(config.privacy, shared.privacy)
+    shortfall = privacy_shortfall(config.privacy, shared.privacy, shared.secure_aggregation.enabled)
     if shortfall is not None:
         raise plan_mismatch("collaborator", shortfall)
     try:

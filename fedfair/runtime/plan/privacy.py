@@ -325,12 +325,16 @@ def training_noise(
     return noise, check_mu(distributed.party_mu(noise.release.mu, floor, colluders))
 
 
-def privacy_shortfall(own: PrivacyConfig, plan: PlanPrivacy) -> str | None:
+def privacy_shortfall(own: PrivacyConfig, plan: PlanPrivacy, secure: bool) -> str | None:
     """Why this institution may not train under the plan's [privacy], or None.
 
     A plan whose training noise is below what the institution's own [privacy] asks (a larger epsilon or delta,
-    or no distributed noise where it asks for it), or local DP-SGD on top of the plan's distributed noise (its
-    own noise would be counted nowhere in the sum's calibration). Each reason names the fix.
+    or no distributed noise where it asks for it), local DP-SGD on top of the plan's distributed noise (its
+    own noise would be counted nowhere in the sum's calibration), or local DP-SGD under a `secure` plan whose
+    evaluation answers and table statistics decode exact (no report_epsilon: they would tell the aggregator the
+    sums the training noise keeps from it). Without secure aggregation a plan cannot set report_epsilon, so
+    local DP-SGD is accepted there: the aggregator reads each site's answers and statistics exact whatever the
+    site does, and refusing would leave it no noise at all (docs/security.md). Each reason names the fix.
     """
     if not own.enabled:
         return None
@@ -340,6 +344,13 @@ def privacy_shortfall(own: PrivacyConfig, plan: PlanPrivacy) -> str | None:
                 "its [privacy] adds local DP-SGD noise, and the plan adds distributed noise inside the secure sum "
                 '(mode = "distributed"); set mode = "distributed" and a target_epsilon in this institution\'s '
                 "[privacy] to accept the plan's noise, or remove [privacy]"
+            )
+        if secure and not plan.noised:
+            return (
+                "its [privacy] adds local DP-SGD noise to training, and the plan sends the evaluation answers and "
+                "the table statistics to the aggregator exact ([privacy] report_epsilon unset); ask the operator "
+                "for a plan with report_epsilon (e.g. 1.0) to noise them too, or remove [privacy] here if exact "
+                "answers are acceptable"
             )
         return None
     if not plan.distributed:

@@ -98,7 +98,8 @@ def serving(workspace: Workspace) -> Iterator[Recorder]:
 
 @pytest.fixture
 def recorded(tmp_path: Path) -> Iterator[tuple[Workspace, Recorder]]:
-    workspace = new_workspace(tmp_path, NAMES)
+    # Noised answers: a site with its own DP-SGD refuses a secure plan whose answers decode exact.
+    workspace = new_workspace(tmp_path, NAMES, privacy={"report_epsilon": 1.0})
     with serving(workspace) as recorder:
         yield workspace, recorder
 
@@ -224,7 +225,11 @@ def test_under_dp_neighbouring_datasets_send_the_same_weight_and_batch(
     assert sizes is not None
     declared = {**sizes, "site-a": sizes["site-a"] - 1}  # a neighbour may hold one row fewer than it declares
     workspace = new_workspace(
-        tmp_path / "plan", NAMES, training={"batch_fraction": 1.0}, influence={"weights": "declared", "sizes": declared}
+        tmp_path / "plan",
+        NAMES,
+        training={"batch_fraction": 1.0},
+        influence={"weights": "declared", "sizes": declared},
+        privacy={"report_epsilon": 1.0},  # noised answers beside the site's own DP-SGD
     )
     plan = load_aggregator_plan(workspace.plan)
     original = client_module.load_local_data

@@ -33,6 +33,7 @@ from fedfair.secagg.bounded.verifying import RoundVerifier
 from tests.secagg.bounded.roundkit import DIMENSION as ROUND_DIMENSION
 from tests.secagg.bounded.roundkit import Round, new_round, simulated, vector_at
 from tests.secagg.bounded.test_round import at_bound
+from tests.secagg.helpers import view_table
 
 MU = 50.0
 DIMENSION = 10_000
@@ -157,49 +158,48 @@ def who_reads_what() -> str:
     Regenerate it with ``python -m tests.secagg.bounded.test_views``.
     """
     reason, colluded = colluding_aggregator_view()
-    rows = [
-        ("role", "holds", "subtracts", "left on what it reads"),
-        ("---", "---", "---", "---"),
-        (
-            "the aggregator",
-            "S, T, its own noise key",
-            "its noise",
-            f"on the sum: the auditor's noise, {aggregator_view():.3f} of the charge",
-        ),
-        (
-            "the auditor",
-            "A, T (the record it tags), its own noise key",
-            "its noise",
-            f"on the sum: the aggregator's noise, {auditor_view():.3f} of the charge",
-        ),
-        (
-            "a site",
-            "T, the tags, the aggregator's noise key (VERIFY), its input",
-            "the aggregator's noise, its input",
-            f"on the others' sum: the auditor's noise, {site_view():.3f} of the charge",
-        ),
-        (
-            "the aggregator with max_colluding = 1 site, keeping the uploads it likes",
-            "as the aggregator, and the colluder's input",
-            "its noise, the colluder's input",
-            f"two uploads: no total ({reason.name}, the floor is 3); three: on one site's input, a third site's "
-            f"input and the auditor's noise, {colluded:.3f} of the charge",
-        ),
-        (
-            "the aggregator with the auditor",
-            "both shares of every input, both keys",
-            "everything",
-            "nothing: the stated collusion",
-        ),
-        (
-            "the auditor with one site, whatever max_colluding is",
-            "both keys, the site's input",
-            "both noises, its input",
-            "nothing: an honest aggregator that lost one upload of three (2 at the floor 2) leaves the other site's "
-            f'exact input (largest error {auditor_with_a_site_view()}); stated under "Trust model" below',
-        ),
-    ]
-    return "\n".join("  | " + " | ".join(row) + " |" for row in rows) + "\n"
+    return view_table(
+        [
+            (
+                "the aggregator",
+                "S, T, its own noise key",
+                "its noise",
+                f"on the sum: the auditor's noise, {aggregator_view():.3f} of the charge",
+            ),
+            (
+                "the auditor",
+                "A, T (the record it tags), its own noise key",
+                "its noise",
+                f"on the sum: the aggregator's noise, {auditor_view():.3f} of the charge",
+            ),
+            (
+                "a site",
+                "T, the tags, the aggregator's noise key (VERIFY), its input",
+                "the aggregator's noise, its input",
+                f"on the others' sum: the auditor's noise, {site_view():.3f} of the charge",
+            ),
+            (
+                "the aggregator with max_colluding = 1 site, keeping the uploads it likes",
+                "as the aggregator, and the colluder's input",
+                "its noise, the colluder's input",
+                f"two uploads: no total ({reason.name}, the floor is 3); three: on one site's input, a third site's "
+                f"input and the auditor's noise, {colluded:.3f} of the charge",
+            ),
+            (
+                "the aggregator with the auditor",
+                "both shares of every input, both keys",
+                "everything",
+                "nothing: the stated collusion",
+            ),
+            (
+                "the auditor with one site, whatever max_colluding is",
+                "both keys, the site's input",
+                "both noises, its input",
+                "nothing: an honest aggregator that lost one upload of three (2 at the floor 2) leaves the other site's "
+                f'exact input (largest error {auditor_with_a_site_view()}); stated under "Trust model" below',
+            ),
+        ]
+    )
 
 
 def test_docs_carry_the_who_reads_what_table_this_audit_measures() -> None:
