@@ -15,9 +15,11 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "fedfair"
 BUILTIN_ERRORS = {
     name
     for name, value in vars(builtins).items()
-    if isinstance(value, type) and issubclass(value, BaseException) and not issubclass(value, Warning)
+    if isinstance(value, type) and issubclass(value, Exception) and not issubclass(value, Warning)
 }
-"""The builtin exception classes an error class can derive from; warnings are not errors and stay out."""
+"""The builtin exception classes an error class can derive from. Warnings are not errors and stay out, and so are
+the stops that derive from BaseException alone (a signal's KeyboardInterrupt, SystemExit): no error handler may
+catch them."""
 
 
 def test_a_refused_setting_reaches_a_handler_of_fedfair_errors_with_its_one_line_message() -> None:
