@@ -256,8 +256,8 @@ def wait_for_auditor(
             break
         seconds_left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         logger.info(
-            "round %d: waiting for the auditor %s (a bounded round runs only with it; start `fedfair auditor "
-            "start` for %s); %s",
+            "round %d: waiting for the auditor %s (a bounded round runs only with it; start "
+            "`fedfair auditor start --config %s/auditor.toml` in init's layout); %s",
             round_number,
             auditor,
             auditor,
@@ -279,7 +279,7 @@ def auditor_missing(auditor: str, round_number: int, timeout: float) -> str:
     """The message of the QuorumError of an auditor that did not connect within `timeout` seconds."""
     return (
         f"round {round_number}: the plan's auditor {auditor} did not connect within {timeout:g} s, and a bounded "
-        f"round runs only with it. Start `fedfair auditor start` for {auditor} (its certificate, the manifest "
-        "and this aggregator's address; its log says why it cannot connect), then restart the aggregator "
-        "(with --resume if a checkpoint is kept)"
+        f"round runs only with it. Start it (`fedfair auditor start --config {auditor}/auditor.toml` in init's "
+        "layout; check its certificate, the manifest and this aggregator's address: its log says why it cannot "
+        "connect), then restart the aggregator (with --resume if a checkpoint is kept)"
     )
