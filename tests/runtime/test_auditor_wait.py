@@ -59,7 +59,7 @@ def test_an_auditor_that_never_comes_ends_the_wait_at_its_deadline_naming_it_and
         wait_for_auditor(board, AUDITOR, 3, timeout, round_timeout=30.0)
     assert time.monotonic() - began >= timeout
     assert caught.value.reason is QuorumReason.NOT_REACHED
-    assert f"start `fedfair auditor start` for {AUDITOR}" in str(caught.value).lower()
+    assert f"start it (`fedfair auditor start --config {AUDITOR}/auditor.toml`" in str(caught.value).lower()
     assert "round 3" in str(caught.value)
 
 
