@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -295,7 +296,9 @@ def test_a_wrong_port_says_what_it_tried_every_30_s_and_stops_within_a_minute_wi
     assert 60.0 <= took < 60.0 + 15.0, took  # the stated wait, and the last try's dial and pause at most
     said = [r for r in caplog.records if "no answer yet from the aggregator" in r.getMessage()]
     assert [r.levelno for r in said] == [logging.INFO] * 2 and all("connection refused" in r.getMessage() for r in said)
-    assert "after 0 s" in said[0].getMessage() and "after 30 s" in said[1].getMessage()
+    # Said at once and again once 30 s have passed: on a busy machine the retry that says it may come a little late.
+    after = [int(match[1]) for record in said if (match := re.search(r"after (\d+) s", record.getMessage()))]
+    assert after[0] == 0 and 30 <= after[1] < 45, after
     assert not any(getattr(r, ROUTINE, False) for r in said)  # each reaches the console, not only the log file
     message = str(caught.value)
     assert message.startswith(f"aggregator-never-answered: nothing answered at {workspace.address} for 6")
