@@ -286,6 +286,10 @@ class SecureRound:
         """The stages a round runs, in order: the sum's, and with `verified` the verifying ones."""
         return self.sum_stages + self.verify_stages if verified else self.sum_stages
 
+    def taken_by(self, uploader: Uploaders, verified: bool = True) -> tuple[AnyStage, ...]:
+        """The stages `uploader` takes, in order (:class:`PartyOrder` over them guards a party's or the auditor's)."""
+        return tuple(spec for spec in self.stages(verified) if uploader in spec.uploaders)
+
     def spec(self, stage: enum.IntEnum) -> AnyStage:
         """The first of this round's stages bound to `stage`."""
         return next(spec for spec in self.stages(True) if spec.stage is stage)
