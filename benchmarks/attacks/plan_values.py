@@ -142,9 +142,7 @@ def decoded_variance_ratio(share: float | None, rounds: int = ROUNDS) -> tuple[f
             SITES[:3],
             encoding.noise.encoded_dimension,
             encoding,
-            secure.threshold,
-            secure.mask_neighbours(len(SITES)),
-            secure.max_colluding,
+            secure.security(len(SITES)),
             SITES,
         )
         zeros = np.zeros(DIMENSION)

@@ -28,7 +28,7 @@ from fedfair.runtime.manifest import Manifest
 from fedfair.runtime.plan.influence import InfluenceSettings
 from fedfair.runtime.transport import encode_tensor, pb
 from fedfair.runtime.transport.chunks import PlainValues
-from fedfair.secagg import EncodingConfig, SecAggConfig
+from fedfair.secagg import EncodingConfig, SecAggConfig, SecurityParameters
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND
 from fedfair.secagg.noise import NoiseConfig
 from fedfair.secagg.round import AnyStage, RoundSetup, SECURE_ROUND, SecureRound, VERDICT
@@ -233,9 +233,8 @@ class RoundParameters:
     parties: tuple[str, ...]
     dimension: int
     encoding: EncodingConfig
-    threshold: int | None
-    neighbours: int | None
-    max_colluding: int
+    security: SecurityParameters
+    """The plan's collusion bound, threshold and masking degree: on the wire as three top-level keys."""
     graph_roster: tuple[str, ...]
     """The names the masking graph is drawn over: the plan's whole roster, sorted."""
     graph_seed: str = ""
@@ -260,6 +259,7 @@ class RoundParameters:
     def to_bytes(self) -> bytes:
         """Canonical JSON (sorted keys, no spaces; a noise rotation key in hex), as :meth:`from_bytes` reads."""
         document = asdict(self)
+        document.update(document.pop("security"))  # threshold, neighbours, max_colluding: the keys peers read
         noise = document["encoding"]["noise"]
         if noise is not None and noise["rotation_key"] is not None:
             noise["rotation_key"] = noise["rotation_key"].hex()
@@ -282,9 +282,11 @@ class RoundParameters:
                 parties=tuple(str(name) for name in document["parties"]),
                 dimension=int(document["dimension"]),
                 encoding=_encoding(document["encoding"]),
-                threshold=None if document["threshold"] is None else int(document["threshold"]),
-                neighbours=None if document["neighbours"] is None else int(document["neighbours"]),
-                max_colluding=int(document["max_colluding"]),
+                security=SecurityParameters(
+                    max_colluding=int(document["max_colluding"]),
+                    threshold=None if document["threshold"] is None else int(document["threshold"]),
+                    neighbours=None if document["neighbours"] is None else int(document["neighbours"]),
+                ),
                 graph_roster=tuple(str(name) for name in document["graph_roster"]),
                 graph_seed=str(document["graph_seed"]),
                 model=str(document["model"]),
@@ -306,9 +308,7 @@ class RoundParameters:
             parties=self.parties,
             dimension=self.dimension,
             encoding=self.encoding,
-            threshold=self.threshold,
-            neighbours=self.neighbours,
-            max_colluding=self.max_colluding,
+            security=self.security,
             graph_roster=self.graph_roster,
             context=bytes.fromhex(self.model),
         )

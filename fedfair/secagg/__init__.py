@@ -27,6 +27,7 @@ from fedfair.secagg.encode import (
     check_no_wraparound,
     largest_safe_fractional_bits,
 )
+from fedfair.secagg.security import SecurityParameters
 from fedfair.secagg.wire import Stage
 from fedfair.secagg.server import AggregateResult, Server
 from fedfair.secagg.simulate import DropOut, Faults, RoundTrace, simulate_round
@@ -44,6 +45,7 @@ __all__ = [
     "ProtocolError",
     "RoundTrace",
     "SecAggConfig",
+    "SecurityParameters",
     "Server",
     "Stage",
     "StaleMessageError",

@@ -381,7 +381,7 @@ class Client:
             )
         if len(survivors) < self.config.t:
             raise ThresholdError(f"only {len(survivors)} survivors, below the threshold {self.config.t}; round aborted")
-        check_survivors(self.config.graph, survivors, self.config.max_colluding)
+        check_survivors(self.config.graph, survivors, self.config.security.max_colluding)
         if len(survivor_set.inputs) != len(survivor_set.survivors):
             raise UnmaskRefusedError("the survivor set does not name one masked-input digest per survivor; refused")
         if survivor_set.inputs[survivor_set.survivors.index(self.party)] != self._input_digest:

@@ -19,6 +19,7 @@ from fedfair.core.errors import ConfigError, PrivacyWarning
 from fedfair.secagg.codec import Writer
 from fedfair.secagg.encode import Encoder, EncodingConfig
 from fedfair.secagg.graph import Graph, canonical_roster, complete_graph, graph_seed, regular_graph
+from fedfair.secagg.security import SecurityParameters
 
 
 @dataclass(frozen=True)
@@ -30,17 +31,13 @@ class SecAggConfig:
     parties: the roster of party names; party id i + 1 is ``parties[i]``.
     dimension: d, the length of every party's (weighted) update vector.
     encoding: how updates are quantised (see :mod:`fedfair.secagg.encode`).
-    threshold: t, how many share holders must survive to unmask; ``None`` for the smallest
-        t the threshold rule allows (:func:`threshold_for`), where m is the number of holders
-        of each secret (n on the complete graph, neighbours + 1 on a SecAgg+ graph):
+    security: the federation's collusion bound, threshold and masking degree (:class:`SecurityParameters`). A
+        threshold of None is the smallest t the threshold rule allows (:func:`threshold_for`), where m is the
+        number of holders of each secret (n on the complete graph, neighbours + 1 on a SecAgg+ graph):
         floor(m/2) + 1 when ``max_colluding`` is 0.
-    neighbours: k for a k-regular SecAgg+ graph drawn per round; ``None`` (or >= n - 1)
-        for the complete graph.
     graph_roster: the names the graph is drawn over, kept sorted (the plan's whole roster;
         empty: the round's parties). Parties of it that are not in the round are absent vertices, as if
         they had dropped before the round began, so who takes part does not redraw the graph.
-    max_colluding: c, how many parties may collude with the aggregator (and lie) without
-        breaking privacy; the threshold must satisfy the rule for this c.
     """
 
     federation_id: str
@@ -48,9 +45,7 @@ class SecAggConfig:
     parties: tuple[str, ...]
     dimension: int
     encoding: EncodingConfig
-    threshold: int | None = None
-    neighbours: int | None = None
-    max_colluding: int = 0
+    security: SecurityParameters = SecurityParameters()
     graph_roster: tuple[str, ...] = ()
     context: bytes = b""
     """What the caller binds the session to beside these parameters (the runtime: the digest of the model
@@ -73,17 +68,14 @@ class SecAggConfig:
             raise ConfigError("party names must be unique and non-empty; fix the roster")
         if self.dimension < 1:
             raise ConfigError(f"dimension={self.dimension} must be at least 1")
-        if self.neighbours is not None and self.neighbours < 1:
-            raise ConfigError(f"neighbours={self.neighbours} must be at least 1, or None for the complete graph")
         outside = set(self.parties) - set(self.graph_roster)
         if outside:
             raise ConfigError(
                 f"party {min(outside)!r} is not in the roster the masking graph is drawn over; add it to the plan"
             )
-        if self.max_colluding < 0:
-            raise ConfigError(f"max_colluding={self.max_colluding} is negative; use 0 or more")
+        security = self.security
         object.__setattr__(
-            self, "_threshold", threshold_in_force(self.threshold, self.holders_per_secret, self.max_colluding)
+            self, "_threshold", threshold_in_force(security.threshold, self.holders_per_secret, security.max_colluding)
         )
         # Both constructors refuse bad settings, so a config that exists is a usable one.
         object.__setattr__(self, "_encoder", Encoder(self.encoding, n))
@@ -113,22 +105,23 @@ class SecAggConfig:
     @property
     def complete(self) -> bool:
         """Whether every party masks with every other (no SecAgg+ graph)."""
-        return complete_graph_over(len(self.graph_roster), self.neighbours)
+        return complete_graph_over(len(self.graph_roster), self.security.neighbours)
 
     @property
     def holders_per_secret(self) -> int:
         """m: how many parties hold a share of each secret (the owner and its neighbours, present or not)."""
-        return holders_per_secret(self.size, len(self.graph_roster), self.neighbours)
+        return holders_per_secret(self.size, len(self.graph_roster), self.security.neighbours)
 
     @property
     def graph_seed(self) -> bytes:
         """The public seed of this session's SecAgg+ graph (:func:`fedfair.secagg.graph.graph_seed`)."""
-        return graph_seed(self.federation_id, self.graph_roster, self.neighbours or 0, self.round)
+        return graph_seed(self.federation_id, self.graph_roster, self.security.neighbours or 0, self.round)
 
     def _round_graph(self) -> Graph:
         """The plan-wide graph restricted to this round's parties, in round ids."""
-        assert self.neighbours is not None  # a sparse graph has a degree
-        drawn = regular_graph(len(self.graph_roster), self.neighbours, self.graph_seed)
+        degree = self.security.neighbours
+        assert degree is not None  # a sparse graph has a degree
+        drawn = regular_graph(len(self.graph_roster), degree, self.graph_seed)
         vertex = {name: position + 1 for position, name in enumerate(self.graph_roster)}
         party = {vertex[name]: position + 1 for position, name in enumerate(self.parties)}
         return {party[v]: frozenset(party[w] for w in drawn[v] if w in party) for v in party}
@@ -155,7 +148,7 @@ class SecAggConfig:
         for name in self.parties:
             writer.text(name)
         writer.u64(self.dimension).u32(self.t).u32(0 if self.complete else self.holders_per_secret - 1)
-        writer.u32(self.max_colluding)
+        writer.u32(self.security.max_colluding)
         if not self.complete:
             writer.blob(self.graph_seed)
         encoding = self.encoding

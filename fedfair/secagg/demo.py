@@ -22,6 +22,7 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.security import SecurityParameters
 from fedfair.secagg.encode import EncodingConfig, largest_safe_fractional_bits
 from fedfair.secagg.messages import MaskedInput, Message
 from fedfair.secagg.wire import SUM_STAGES, Stage
@@ -129,7 +130,8 @@ def run_demo(
             )
     encoding = EncodingConfig(clip, max_weight, fractional_bits, modulus_bits)
     names = tuple(f"party-{i}" for i in range(1, parties + 1))
-    config = SecAggConfig("secagg-demo", 0, names, dimension, encoding, threshold, neighbours, max_colluding)
+    security = SecurityParameters(max_colluding, threshold, neighbours)
+    config = SecAggConfig("secagg-demo", 0, names, dimension, encoding, security)
 
     # Demo data only: numpy's generator is fine here, it never touches a key or a mask.
     rng = np.random.default_rng(seed)

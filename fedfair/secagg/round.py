@@ -81,16 +81,18 @@ class SecureSum(Protocol):
         """Accused party -> its accusers."""
 
 
-def excluded(server: SecureSum, max_colluding: int) -> dict[int, str]:
+def excluded(server: SecureSum) -> dict[int, str]:
     """The parties a sum's outcome excludes from later rounds, with why (after a finish or an abort alike).
 
-    Those its server proved at fault, and those accused by more than `max_colluding` distinct parties, so that at
-    least one accuser is honest. Fewer accusers could all be liars: their target only sits out this round.
+    Those its server proved at fault, and those accused by more than the sum's collusion bound
+    (:attr:`SecAggConfig.security`) of distinct parties, so that at least one accuser is honest. Fewer accusers
+    could all be liars: their target only sits out this round.
     """
+    bound = server.config.security.max_colluding
     return {
         party: why
         for party, why in server.culprits.items()
-        if party in server.proven or len(server.accusations.get(party, ())) > max_colluding
+        if party in server.proven or len(server.accusations.get(party, ())) > bound
     }
 
 

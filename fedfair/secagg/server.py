@@ -307,7 +307,7 @@ class Server:
         self._require_quorum(len(self._masked), "sent masked inputs")
         try:
             # Every survivor refuses to sign a view that colluders could cut; say so once, here.
-            check_survivors(self.config.graph, self._masked, self.config.max_colluding)
+            check_survivors(self.config.graph, self._masked, self.config.security.max_colluding)
         except UnmaskRefusedError as error:
             raise ThresholdError(f"{error}; round aborted") from None
         self._survivors = tuple(sorted(self._masked))

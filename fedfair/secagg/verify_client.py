@@ -99,8 +99,8 @@ def tag_claim(
             advertisements=advertisements,
             identities=identities,
         )
-    elif config.max_colluding:
-        say_tags_alone(config.size, config.dimension, config.max_colluding)
+    elif config.security.max_colluding:
+        say_tags_alone(config.size, config.dimension, config.security.max_colluding)
     challenge = Challenge(session, digest, vector.size)
     neighbours = set(survivors) & tag_keys.keys()
     keys = {peer: tag_keys[peer] for peer in sorted(neighbours)}

@@ -19,7 +19,7 @@ from fedfair.privacy.config import PrivacyConfig
 from fedfair.privacy.distributed import Release, TrainingNoise, noise_excess, party_mu
 from fedfair.privacy.ring import Ring
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
-from fedfair.secagg import Decoded, EncodingConfig, SecAggConfig, simulate_round
+from fedfair.secagg import Decoded, EncodingConfig, SecAggConfig, SecurityParameters, simulate_round
 from fedfair.secagg.training_noise import noised_encoding
 from fedfair.secagg.recovery import check_range
 from fedfair.simulation.federation import Federation
@@ -160,7 +160,7 @@ class SecureSum:
             # A rotated encoding is padded to a power of two.
             dimension=vectors[0].size if encoding.noise is None else encoding.noise.encoded_dimension,
             encoding=encoding,
-            max_colluding=0 if self.distributed is None else self.distributed.colluders,
+            security=SecurityParameters(max_colluding=0 if self.distributed is None else self.distributed.colluders),
         )
         decoded = self._sum(config, vectors, [update.weight for update in updates])
         self.error_bounds.append(decoded.error_bound)

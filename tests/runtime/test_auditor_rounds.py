@@ -73,7 +73,8 @@ def test_it_refuses_what_is_not_its_rounds_stage_or_parameters(bounded: Federati
     with pytest.raises(IdentityError, match="'audit-co'"):
         rounds.step(at(BoundedStage.AUDITOR_KEY), forged.to_bytes())
     # A collusion bound other than the plan's would move the floor on the sites a total covers (issue 93).
-    lowered = dataclasses.replace(parameters, max_colluding=parameters.max_colluding + 1)
+    raised = dataclasses.replace(parameters.security, max_colluding=parameters.security.max_colluding + 1)
+    lowered = dataclasses.replace(parameters, security=raised)
     with pytest.raises(ProtocolError, match="max_colluding 1, the plan None and 0: the floor"):
         rounds.step(at(BoundedStage.AUDITOR_KEY), lowered.to_bytes())
     assert rounds.current is None

@@ -123,9 +123,7 @@ def bounded(federation: Path) -> Federation:  # noqa: F811
     settings = DriverSettings(
         loaded.federation_id,
         True,
-        secure.threshold,
-        secure.mask_neighbours(len(COLLABORATORS)),
-        secure.max_colluding,
+        secure.security(len(COLLABORATORS)),
         30.0,
         graph_roster=COLLABORATORS,
         identities=held,

@@ -40,7 +40,7 @@ def unmaskable(config: SecAggConfig, survivors: frozenset[int]) -> bool:
     if len(survivors) < t or any(len(config.holders_of(party)) < t for party in parties):
         return False
     try:
-        check_survivors(config.graph, survivors, config.max_colluding)
+        check_survivors(config.graph, survivors, config.security.max_colluding)
     except UnmaskRefusedError:
         return False
     dropped = set(parties) - survivors
@@ -77,9 +77,7 @@ def fewest_unmasked(learning: LearningSettings, collaborators: int) -> int | Non
                         parties,
                         1,
                         ENCODING,
-                        secure.threshold,
-                        secure.mask_neighbours(collaborators),
-                        secure.max_colluding,
+                        secure.security(collaborators),
                         roster,
                     )
             except ConfigError:

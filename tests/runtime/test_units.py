@@ -63,7 +63,7 @@ from fedfair.runtime.plan.aggregator_plan import (
 )
 from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.runtime.transport.chunks import PlainValues, plain_rounding, plain_upload
-from fedfair.secagg import Encoder, EncodingConfig
+from fedfair.secagg import Encoder, EncodingConfig, SecurityParameters
 from tests.federations import adult_by_race
 from tests.runtime.harness import new_workspace
 
@@ -350,7 +350,7 @@ def test_a_plain_sum_adds_in_name_order_whatever_order_the_uploads_arrive_in() -
         driver = SumDriver(
             board,
             gate,
-            DriverSettings("f", secure=False, threshold=None, neighbours=None, max_colluding=0, stage_timeout=30.0),
+            DriverSettings("f", secure=False, security=SecurityParameters(), stage_timeout=30.0),
             verify=lambda name, credential: pytest.fail("a plain sum verifies no credential"),
         )
         with ThreadPoolExecutor(max_workers=1) as pool:

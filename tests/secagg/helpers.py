@@ -30,6 +30,7 @@ from fedfair.secagg.messages import (
     UnmaskResponse,
 )
 from fedfair.secagg.round import SECURE_ROUND, PartyOrder, ServerOrder, StageSpec
+from fedfair.secagg.security import SecurityParameters
 from fedfair.secagg.server import AggregateResult, Server
 
 DIMENSION = 24
@@ -55,9 +56,7 @@ def make_config(
         names,
         dimension,
         encoding,
-        threshold=threshold,
-        neighbours=neighbours,
-        max_colluding=max_colluding,
+        SecurityParameters(max_colluding, threshold, neighbours),
     )
 
 

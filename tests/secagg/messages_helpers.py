@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig
+from fedfair.secagg.security import SecurityParameters
 from fedfair.secagg.messages import AdvertiseKeys
 from fedfair.secagg.wire import Header, Stage
 
@@ -13,7 +14,9 @@ SESSION = bytes(range(32))
 
 def config(**changes: object) -> SecAggConfig:
     fields = {"federation_id": "fed", "round": 2, "parties": ("a", "b", "c", "d"), "dimension": 5, "encoding": ENCODING}
-    fields.update(changes)
+    # The security parameters by name too, gathered into the one value a config takes.
+    bounds = {key: changes.pop(key) for key in ("max_colluding", "threshold", "neighbours") if key in changes}
+    fields.update(changes, security=SecurityParameters(**bounds))  # type: ignore[arg-type]
     return SecAggConfig(**fields)  # type: ignore[arg-type]
 
 

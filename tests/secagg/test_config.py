@@ -13,13 +13,16 @@ from hypothesis import strategies as st
 from fedfair.core.errors import ConfigError, PrivacyWarning
 from fedfair.secagg.config import SecAggConfig, check_threshold, threshold_for
 from fedfair.secagg.encode import EncodingConfig
+from fedfair.secagg.security import SecurityParameters
 
 ENCODING = EncodingConfig(clip=1.0, max_weight=10.0, fractional_bits=16)
 
 
 def config(**changes: object) -> SecAggConfig:
     fields = {"federation_id": "fed", "round": 2, "parties": ("a", "b", "c", "d"), "dimension": 5, "encoding": ENCODING}
-    fields.update(changes)
+    # The security parameters by name too, gathered into the one value a config takes.
+    bounds = {key: changes.pop(key) for key in ("max_colluding", "threshold", "neighbours") if key in changes}
+    fields.update(changes, security=SecurityParameters(**bounds))  # type: ignore[arg-type]
     return SecAggConfig(**fields)  # type: ignore[arg-type]
 
 

@@ -14,6 +14,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.privacy import distributed, ring, rounding
 from fedfair.secagg import DropOut, SecAggConfig, noise, rotation, simulate_round
 from fedfair.secagg.encode import Encoder, EncodingConfig
+from fedfair.secagg.security import SecurityParameters
 from fedfair.secagg.training_noise import noised_encoding
 from fedfair.secagg.noise import NoiseConfig, NoisyEncoding
 from fedfair.secagg.wire import Stage
@@ -141,7 +142,7 @@ def test_a_training_round_in_16_bit_words_decodes_the_noised_sum_within_its_boun
         tuple(f"p{index}" for index in range(parties)),
         dimension=encoding.noise.encoded_dimension if encoding.noise else dimension,
         encoding=encoding,
-        max_colluding=colluders,
+        security=SecurityParameters(max_colluding=colluders),
     )
     assert config.encoder.dtype is np.uint16
     rng = np.random.default_rng(2)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from fedfair.secagg import DropOut, SecAggConfig, prg, simulate_round
 from fedfair.secagg.encode import Encoder, EncodingConfig
+from fedfair.secagg.security import SecurityParameters
 from fedfair.secagg.noise import PoissonSampler, NoiseConfig, NoisyEncoding
 from fedfair.secagg.rotation import rotation_key
 from fedfair.secagg.wire import Stage
@@ -73,7 +74,7 @@ def test_a_secure_sum_of_chunked_encodings_is_the_one_piece_sum_bit_for_bit(
         tuple(f"p{index}" for index in range(parties)),
         dimension=Encoder(config, parties).encoded_dimension(dimension),
         encoding=config,
-        threshold=3,
+        security=SecurityParameters(threshold=3),
     )
     rng = np.random.default_rng(seed)
     vectors = {party: rng.normal(scale=0.05, size=dimension) for party in range(1, parties + 1)}

@@ -33,6 +33,7 @@ from fedfair.privacy import distributed
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig
 from fedfair.secagg.noise import NoiseConfig
+from fedfair.secagg.security import SecurityParameters
 from fedfair.secagg.simulate import DropOut, simulate_round
 from fedfair.secagg.wire import Stage
 from tests.secagg.helpers import view_table
@@ -51,10 +52,11 @@ def federation(parties: int, colluders: int) -> SecAggConfig:
     round's floor (its threshold t, the fewest survivors it unmasks)."""
     names = tuple(f"site-{i}" for i in range(1, parties + 1))
     plain = EncodingConfig(1.0, 1.0, FRACTIONAL_BITS, 64)
-    floor = SecAggConfig("views", 1, names, DIMENSION, plain, max_colluding=colluders).t
+    security = SecurityParameters(max_colluding=colluders)
+    floor = SecAggConfig("views", 1, names, DIMENSION, plain, security).t
     noise = NoiseConfig(mu=distributed.party_mu(MU, floor, colluders), norm_clip=2.0, dimension=DIMENSION)
     encoding = EncodingConfig(1.0, 1.0, FRACTIONAL_BITS, 64, noise=noise)
-    return SecAggConfig("views", 1, names, DIMENSION, encoding, max_colluding=colluders)
+    return SecAggConfig("views", 1, names, DIMENSION, encoding, security)
 
 
 def units(party: int) -> np.ndarray:

@@ -41,7 +41,7 @@ from fedfair.runtime.contract import (
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.runtime.transport.chunks import plain_rounding, plain_upload_size
-from fedfair.secagg import EncodingConfig, SecAggConfig
+from fedfair.secagg import EncodingConfig, SecAggConfig, SecurityParameters
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.round import AnyStage, Opening, PartyNames, SecureSum, ServerOrder, excluded
 
@@ -54,9 +54,8 @@ class DriverSettings:
 
     federation_id: str
     secure: bool
-    threshold: int | None
-    neighbours: int | None
-    max_colluding: int
+    security: SecurityParameters
+    """The plan's, held to the manifest at load: every round's parameters carry it whole."""
     stage_timeout: float
     graph_roster: tuple[str, ...] = ()
     """The plan's whole roster, which the masking graph is drawn over (empty: each round's parties)."""
@@ -168,9 +167,7 @@ class SumDriver:
             parties=roster,
             dimension=dimension,
             encoding=encoding,
-            threshold=self.settings.threshold,
-            neighbours=self.settings.neighbours,
-            max_colluding=self.settings.max_colluding,
+            security=self.settings.security,
             graph_roster=self.settings.graph_roster or roster,
             model=model,
         )
@@ -374,14 +371,14 @@ class SumDriver:
 
         A party only accused, by too few to be sure one accuser is honest, is logged: it already sat out this round.
         """
-        names = excluded(server, self.settings.max_colluding)
+        names = excluded(server)
         for party in sorted(server.culprits.keys() - names.keys()):
             logger.warning(
                 "round %d: %s was accused by %s; left out of this round, not excluded (at most %d accusers may lie)",
                 round_number,
                 config.name_of(party),
                 ", ".join(config.name_of(accuser) for accuser in server.accusations.get(party, ())),
-                self.settings.max_colluding,
+                config.security.max_colluding,
             )
         return {config.name_of(party): why for party, why in names.items()}
 

@@ -129,10 +129,8 @@ class RoundLoop:
             DriverSettings(
                 federation_id=self.plan.federation_id,
                 secure=secure.enabled,
-                threshold=secure.threshold,
-                neighbours=secure.mask_neighbours(len(self.plan.collaborators)),
+                security=secure.security(len(self.plan.collaborators)),
                 graph_roster=canonical_roster(self.plan.collaborators),
-                max_colluding=secure.max_colluding,
                 stage_timeout=self.plan.quorum.round_timeout_seconds,
                 grace=self.plan.quorum.grace_factor,
                 tolerates_dropouts=secure.tolerates_dropouts,

@@ -56,6 +56,8 @@ class AuditorRounds:
         self.config = config
         self.identity = identity
         self.shared = shared
+        self.security = shared.secure_aggregation.security(shared.collaborator_count)
+        """The plan's security parameters (checked against the manifest at setup): every round's must be these."""
         self.current: AuditedRound | None = None
         """The round in progress (None before its AUDITOR_KEY, and once it was left)."""
         self.verified: list[int] = []
@@ -151,12 +153,11 @@ class AuditorRounds:
                 f"the round's parameters state round {parameters.round}, {parameters.kind!r}, {parameters.protocol!r}"
                 f" (secure: {parameters.secure}); the auditor verifies round {round_number}'s bounded training sum"
             )
-        secure = self.shared.secure_aggregation
-        stated_floor = (parameters.threshold, parameters.max_colluding)
-        if stated_floor != (secure.threshold, secure.max_colluding):
+        bounds, own = parameters.security, self.security
+        if (bounds.threshold, bounds.max_colluding) != (own.threshold, own.max_colluding):
             raise ProtocolError(
-                f"the round's parameters state threshold {parameters.threshold} and max_colluding "
-                f"{parameters.max_colluding}, the plan {secure.threshold} and {secure.max_colluding}: the floor on the "
+                f"the round's parameters state threshold {bounds.threshold} and max_colluding "
+                f"{bounds.max_colluding}, the plan {own.threshold} and {own.max_colluding}: the floor on the "
                 "sites a total covers follows from them, so the auditor verifies no round under others"
             )
         manifest = self.config.manifest

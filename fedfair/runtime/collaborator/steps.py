@@ -54,7 +54,7 @@ from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
 from fedfair.runtime.transport import Pieces
 from fedfair.runtime.transport.chunks import plain_upload
-from fedfair.secagg import Client, EncodingConfig
+from fedfair.secagg import Client, EncodingConfig, SecurityParameters
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.bounded.peers import BoundedSite
 from fedfair.secagg.graph import canonical_roster
@@ -155,6 +155,8 @@ class Participant:
     """The models this site verified: every training model and output model it is sent is checked against it."""
     figures: EvaluationFigures = field(init=False, repr=False, compare=False)
     """The figures of the evaluation sums this site verified: the only ones its kept bundle carries."""
+    security: SecurityParameters = field(init=False, repr=False, compare=False)
+    """The plan's security parameters (checked against the manifest at join): every round's must be these."""
 
     @property
     def survivor_floor(self) -> int:
@@ -163,10 +165,9 @@ class Participant:
         Every collaborator of the plan under ``dropouts = "none"``; else the manifest's min_round_size, else the
         isolation bound max_colluding + 2, whatever the threshold and the masking graph would allow.
         """
-        secure = self.shared.secure_aggregation
-        if not secure.tolerates_dropouts:
+        if not self.shared.secure_aggregation.tolerates_dropouts:
             return self.shared.collaborator_count
-        isolating = secure.max_colluding + 2
+        isolating = self.security.isolating
         return max(isolating, self.manifest.min_round_size) if self.manifest is not None else isolating
 
     def __post_init__(self) -> None:
@@ -175,6 +176,8 @@ class Participant:
         object.__setattr__(self, "verify", remembered(self.verify))
         object.__setattr__(self, "chain", ModelChain(self.name, self.shared, self.folder, self.initial))
         object.__setattr__(self, "figures", EvaluationFigures(self.name, self.shared, self.folder, self.classes))
+        shared = self.shared
+        object.__setattr__(self, "security", shared.secure_aggregation.security(shared.collaborator_count))
 
     def expected(self, work: Work) -> tuple[str, int, EncodingConfig]:
         """The kind, vector length and encoding this aggregation must have (:meth:`aggregation`)."""
@@ -226,20 +229,17 @@ class Participant:
         """
         parameters = RoundParameters.from_bytes(bytes(inputs))  # a few hundred bytes
         kind, dimension, encoding = self.expected(work)
-        secure = self.shared.secure_aggregation
         problems = [
             what
             for what, wrong in (
                 ("kind", parameters.kind != kind),
                 ("round", parameters.round != work.round),
-                ("secure aggregation", parameters.secure != secure.enabled),
+                ("secure aggregation", parameters.secure != self.shared.secure_aggregation.enabled),
                 ("roster", self.name not in parameters.parties),
                 ("quorum", len(parameters.parties) < self.shared.quorum.min_collaborators),
                 ("dimension", parameters.dimension != dimension),
                 ("encoding", parameters.encoding != encoding),
-                ("threshold", parameters.threshold != secure.threshold),
-                ("neighbours", parameters.neighbours != secure.mask_neighbours(self.shared.collaborator_count)),
-                ("collusion bound", parameters.max_colluding != secure.max_colluding),
+                *((what, True) for what in self.security.differences(parameters.security)),
                 ("graph roster", not self.graph_roster_fits(parameters)),
                 ("model", parameters.model != work.model),
                 ("secure round", parameters.protocol != work.stages.protocol.name),

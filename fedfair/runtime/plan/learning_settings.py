@@ -4,8 +4,8 @@
 :class:`~fedfair.core.config.ObjectiveConfig` and :class:`~fedfair.core.config.TrainingConfig`
 (:mod:`fedfair.runtime.plan.training`). The other sections feed several core
 objects, so each has a frozen dataclass here with exactly one converter per object
-it feeds (:meth:`SecureAggregationSettings.encoding`, :meth:`ModelSettings.build`,
-:meth:`EvaluationSettings.thresholds`): nowhere else is a
+it feeds (:meth:`SecureAggregationSettings.encoding`, :meth:`SecureAggregationSettings.security`,
+:meth:`ModelSettings.build`, :meth:`EvaluationSettings.thresholds`): nowhere else is a
 setting copied field by field. ``[model]`` and ``[influence]`` have modules of their own
 (:mod:`fedfair.runtime.plan.model`, :mod:`fedfair.runtime.plan.influence`).
 
@@ -41,7 +41,7 @@ from fedfair.runtime.plan.training import batch_fraction, default_update_norm, r
 from fedfair.core.tables import Table, field_names
 from fedfair.privacy.distributed import TrainingNoise
 from fedfair.privacy.ring import Ring
-from fedfair.secagg import EncodingConfig, check_no_wraparound
+from fedfair.secagg import EncodingConfig, SecurityParameters, check_no_wraparound
 from fedfair.secagg.config import holders_per_secret, threshold_in_force
 from fedfair.secagg.training_noise import noised_encoding
 from fedfair.secagg.graph import default_degree
@@ -118,6 +118,14 @@ class SecureAggregationSettings:
             fractional_bits=self.fractional_bits,
             modulus_bits=self.modulus_bits,
         )
+
+    def security(self, collaborators: int) -> SecurityParameters:
+        """The security parameters of every secure sum of a plan for `collaborators` (secagg's SecurityParameters).
+
+        Built once per process where the plan meets its manifest (after fedfair.runtime.manifest_plan.check_bounds),
+        then carried whole to the driver, a collaborator's steps, the auditor and each sum.
+        """
+        return SecurityParameters(self.max_colluding, self.threshold, self.mask_neighbours(collaborators))
 
     def mask_neighbours(self, collaborators: int) -> int | None:
         """The masking graph's degree for a plan of ``collaborators``, as the secure-aggregation library takes it.

@@ -17,16 +17,13 @@ from fedfair.secagg.resum import resum_decides
 def round_config(plan: AggregatorPlan, parameters: int) -> SecAggConfig:
     """The config of a training round of the whole roster, for a model of `parameters` numbers."""
     secure = plan.secure_aggregation
-    roster = len(plan.collaborators)
     return SecAggConfig(
         plan.federation_id,
         1,
         plan.collaborators,
         update_dimension(parameters, plan.training.local.corrects_drift),
         secure.encoding(),
-        threshold=secure.threshold,
-        neighbours=secure.mask_neighbours(roster),
-        max_colluding=secure.max_colluding,
+        secure.security(len(plan.collaborators)),
     )
 
 
@@ -36,7 +33,7 @@ def sum_check_lines(config: SecAggConfig) -> list[str]:
     largest = RESUMMED_WORDS // parties - 1
     shape = f"d = {config.dimension:,} (an update's length), n = {parties} sites"
     if config.resummed:
-        check = f"sums re-summed by every site (sound up to max_colluding = {config.max_colluding} colluders)"
+        check = f"sums re-summed by every site (sound up to max_colluding = {config.security.max_colluding} colluders)"
     else:
         check = "tags alone (sound against the aggregator alone, not against a colluding site)"
     lines = [
@@ -48,7 +45,7 @@ def sum_check_lines(config: SecAggConfig) -> list[str]:
     elif resum_decides(config):
         lines.append(
             "a site that leaves before its tag of a sum costs no round: that round alone is re-summed by every "
-            f"other site (sound up to max_colluding = {config.max_colluding} colluders; the n masked inputs, "
+            f"other site (sound up to max_colluding = {config.security.max_colluding} colluders; the n masked inputs, "
             f"{parties * words:,} words, are sent with the tags)"
         )
     else:

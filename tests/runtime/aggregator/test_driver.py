@@ -8,6 +8,7 @@ import pytest
 
 from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
 from fedfair.runtime.aggregator.loop import excluded_in
+from fedfair.secagg import SecurityParameters
 from tests.secagg.helpers import Harness, make_config
 from tests.secagg.test_active import garbage_shares
 
@@ -16,7 +17,7 @@ NO_NETWORK: Any = None
 
 
 def driver(max_colluding: int) -> SumDriver:
-    settings = DriverSettings("test-federation", True, None, None, max_colluding, 30.0)
+    settings = DriverSettings("test-federation", True, SecurityParameters(max_colluding), 30.0)
     return SumDriver(NO_NETWORK, NO_NETWORK, settings, NO_NETWORK)
 
 
@@ -39,10 +40,13 @@ def accused_by(accusers: list[int], liar: int = 3) -> Harness:
 def test_an_accused_party_is_excluded_only_when_more_than_max_colluding_accuse_it(
     accusers: list[int], excluded: bool
 ) -> None:
-    # With max_colluding = 1 a single accuser may be the liar; two cannot both be.
+    # With max_colluding = 1 a single accuser may be the liar; two cannot both be. The bound is the sum's own
+    # (its config's security parameters): a driver holding another cannot loosen the rule.
     harness = accused_by(accusers)
-    named = driver(max_colluding=1)._named(2, harness.config, harness.server)
-    assert ("site-3" in named) is excluded
+    assert harness.config.security.max_colluding == 1
+    for driver_bound in (0, 1):
+        named = driver(driver_bound)._named(2, harness.config, harness.server)
+        assert ("site-3" in named) is excluded
 
 
 def test_exclusions_are_rebuilt_from_the_round_log_on_resume() -> None:

@@ -131,18 +131,18 @@ def test_the_aggregator_cannot_choose_the_masking_graph() -> None:
     kind, dimension, encoding = me.expected(work)
     secure = shared.secure_aggregation
     honest = RoundParameters(
-        kind, 4, True, tuple(roster[3:]), dimension, encoding, secure.threshold,
-        secure.mask_neighbours(len(roster)), secure.max_colluding, graph_roster=tuple(roster),
+        kind, 4, True, tuple(roster[3:]), dimension, encoding, secure.security(len(roster)),
+        graph_roster=tuple(roster),
     )  # fmt: skip
     honest = dataclasses.replace(honest, graph_seed=honest.implied_graph_seed(shared.federation_id, TRAINING))
     config = me.check_parameters(work, honest.to_bytes()).secagg_config(shared.federation_id, TRAINING)
-    assert not config.complete and config.neighbours == 10  # "auto" for 30 sites
+    assert not config.complete and config.security.neighbours == 10  # "auto" for 30 sites
     steered = [
         (dataclasses.replace(honest, graph_seed=bytes(32).hex()), "graph seed"),
         (dataclasses.replace(honest, graph_roster=tuple(roster[:29]) + ("site-99",)), "graph roster"),
         (dataclasses.replace(honest, graph_roster=tuple(reversed(roster))), "graph roster"),
         (dataclasses.replace(honest, graph_roster=tuple(roster[3:])), "graph roster"),
-        (dataclasses.replace(honest, neighbours=4), "neighbours"),
+        (dataclasses.replace(honest, security=dataclasses.replace(honest.security, neighbours=4)), "neighbours"),
     ]
     for parameters, field in steered:
         with pytest.raises(RefusedError, match=f"differ from the plan \\({field}\\)"):
@@ -154,8 +154,8 @@ def test_a_round_asking_for_composition_counts_the_pinned_plan_does_not_name_is_
     aggregator that asks for another column (or for the counts before the final round) asks for another
     length, and is refused; no field of a round's parameters can name a column."""
     assert {field.name for field in dataclasses.fields(RoundParameters)} == {
-        "kind", "round", "secure", "parties", "dimension", "encoding", "threshold", "neighbours", "max_colluding",
-        "graph_roster", "graph_seed", "model", "protocol", "identities",
+        "kind", "round", "secure", "parties", "dimension", "encoding", "security", "graph_roster", "graph_seed",
+        "model", "protocol", "identities",
     }  # fmt: skip
     shared = plan.load_shared_settings(plan.shared_settings(schema_plan(composition=["race"])))
     asking_more = plan.load_shared_settings(plan.shared_settings(schema_plan(composition=["race", "income"])))
@@ -173,8 +173,7 @@ def test_a_round_asking_for_composition_counts_the_pinned_plan_does_not_name_is_
         secure = shared.secure_aggregation
         parameters = RoundParameters(
             kind, round_number, True, ("hospital-a", "hospital-b", "hospital-c"), dimension, encoding,
-            secure.threshold, secure.mask_neighbours(3), secure.max_colluding,
-            graph_roster=("hospital-a", "hospital-b", "hospital-c"),
+            secure.security(3), graph_roster=("hospital-a", "hospital-b", "hospital-c"),
         )  # fmt: skip
         parameters = dataclasses.replace(
             parameters, graph_seed=parameters.implied_graph_seed(shared.federation_id, EVALUATION)
@@ -204,8 +203,7 @@ def test_without_dropouts_a_round_over_fewer_than_every_party_is_refused(stages:
         secure = shared.secure_aggregation
         for parties in (roster, roster[:3]):
             parameters = RoundParameters(
-                kind, 2, True, parties, dimension, encoding, secure.threshold, secure.mask_neighbours(4),
-                secure.max_colluding, graph_roster=roster,
+                kind, 2, True, parties, dimension, encoding, secure.security(4), graph_roster=roster,
             )  # fmt: skip
             parameters = dataclasses.replace(
                 parameters, graph_seed=parameters.implied_graph_seed(shared.federation_id, stages)
@@ -233,8 +231,7 @@ def test_a_round_binds_its_session_to_the_model_each_party_was_sent() -> None:
     kind, dimension, encoding = me.expected(work)
     secure = shared.secure_aggregation
     parameters = RoundParameters(
-        kind, 2, True, roster, dimension, encoding, secure.threshold, secure.mask_neighbours(3),
-        secure.max_colluding, graph_roster=roster, model=sent,
+        kind, 2, True, roster, dimension, encoding, secure.security(3), graph_roster=roster, model=sent,
     )  # fmt: skip
     parameters = dataclasses.replace(
         parameters, graph_seed=parameters.implied_graph_seed(shared.federation_id, TRAINING)

@@ -77,12 +77,7 @@ def test_a_verified_rounds_client_reads_its_words_without_keeping_the_round_aliv
     me = steps.Participant(roster[0], shared, 10, ec.generate_private_key(ec.SECP256R1()), b"", lambda *_: None)
     work = steps.Work(2, TRAINING, None, 1.0)
     kind, dimension, encoding = me.expected(work)
-    knobs = {
-        "threshold": secure.threshold,
-        "neighbours": secure.mask_neighbours(3),
-        "max_colluding": secure.max_colluding,
-    }
-    parameters = RoundParameters(kind, 2, True, roster, dimension, encoding, graph_roster=roster, **knobs)
+    parameters = RoundParameters(kind, 2, True, roster, dimension, encoding, secure.security(3), graph_roster=roster)
     parameters = dataclasses.replace(
         parameters, graph_seed=parameters.implied_graph_seed(shared.federation_id, TRAINING)
     )
