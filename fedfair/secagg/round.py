@@ -73,27 +73,15 @@ class SecureSum(Protocol):
         """Party -> why the server names it so far (also after an abort)."""
 
     @property
-    def proven(self) -> frozenset[int]:
-        """Culprits whose fault the server saw itself, not only through others' accusations."""
-
-    @property
     def accusations(self) -> dict[int, tuple[int, ...]]:
         """Accused party -> its accusers."""
 
+    def excluded(self) -> dict[int, str]:
+        """The culprits the sum's outcome excludes from later rounds, with why (after a finish or an abort alike).
 
-def excluded(server: SecureSum) -> dict[int, str]:
-    """The parties a sum's outcome excludes from later rounds, with why (after a finish or an abort alike).
-
-    Those its server proved at fault, and those accused by more than the sum's collusion bound
-    (:attr:`SecAggConfig.security`) of distinct parties, so that at least one accuser is honest. Fewer accusers
-    could all be liars: their target only sits out this round.
-    """
-    bound = server.config.security.max_colluding
-    return {
-        party: why
-        for party, why in server.culprits.items()
-        if party in server.proven or len(server.accusations.get(party, ())) > bound
-    }
+        The protocol's rule, under the sum's own security parameters: never more than :attr:`culprits`, and a
+        party only accused by as many others as the collusion bound lets lie is not among them.
+        """
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,10 @@ The collusion bound c, the threshold t (or None for the threshold rule's smalles
 are the plan's, held to the manifest the institutions agreed on where the two meet
 (:meth:`fedfair.runtime.plan.learning_settings.SecureAggregationSettings.security`, after
 :func:`fedfair.runtime.manifest_plan.check_bounds`). That one value then travels whole: in the round's public
-parameters (:class:`fedfair.runtime.contract.RoundParameters`), each session's :class:`~fedfair.secagg.config.
-SecAggConfig`, the survivor checks of both sides, the accusation rule (:func:`fedfair.secagg.round.excluded`) and
-the comparisons a collaborator and an auditor make of a round against their own plan
-(:meth:`SecurityParameters.differences`).
+parameters (:class:`fedfair.runtime.contract.RoundParameters`), in each session's
+:class:`~fedfair.secagg.config.SecAggConfig`, to the survivor checks of both sides and the accusation rule
+(:meth:`fedfair.secagg.round.SecureSum.excluded`), and to the comparisons a collaborator and an auditor make of a
+round against their own plan (:meth:`SecurityParameters.differences`).
 """
 
 from __future__ import annotations

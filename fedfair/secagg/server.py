@@ -144,6 +144,20 @@ class Server:
         """Accused party -> its accusers, once the CHECK stage is closed."""
         return dict(self._accusations)
 
+    def excluded(self) -> dict[int, str]:
+        """The culprits to exclude from later rounds, with why (after a finish or an abort alike).
+
+        Those the server proved at fault, and those accused by more than the round's collusion bound
+        (:attr:`SecAggConfig.security`) of distinct parties, so that at least one accuser is honest. Fewer
+        accusers could all be liars: their target only sits out this round.
+        """
+        bound = self.config.security.max_colluding
+        return {
+            party: why
+            for party, why in self.culprits.items()
+            if party in self._proven or len(self._accusations.get(party, ())) > bound
+        }
+
     @property
     def survivors(self) -> tuple[int, ...]:
         """The survivors (U3, sorted party ids) once the masked inputs are in; empty before."""

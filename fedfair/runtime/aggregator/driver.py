@@ -43,7 +43,7 @@ from fedfair.runtime.transport import StageGate, make_binding, pb
 from fedfair.runtime.transport.chunks import plain_rounding, plain_upload_size
 from fedfair.secagg import EncodingConfig, SecAggConfig, SecurityParameters
 from fedfair.secagg.credentials import remembered
-from fedfair.secagg.round import AnyStage, Opening, PartyNames, SecureSum, ServerOrder, excluded
+from fedfair.secagg.round import AnyStage, Opening, PartyNames, SecureSum, ServerOrder
 
 logger = logging.getLogger("fedfair.aggregator")
 
@@ -367,11 +367,11 @@ class SumDriver:
             logger.warning("round %d: no verdict on the verified sum from %s", round_number, ", ".join(refused))
 
     def _named(self, round_number: int, config: SecAggConfig, server: SecureSum) -> dict[str, str]:
-        """The collaborators to exclude from later rounds, with why: the protocol's rule (:func:`excluded`).
+        """The collaborators to exclude from later rounds, with why: the protocol's rule (:meth:`SecureSum.excluded`).
 
         A party only accused, by too few to be sure one accuser is honest, is logged: it already sat out this round.
         """
-        names = excluded(server)
+        names = server.excluded()
         for party in sorted(server.culprits.keys() - names.keys()):
             logger.warning(
                 "round %d: %s was accused by %s; left out of this round, not excluded (at most %d accusers may lie)",

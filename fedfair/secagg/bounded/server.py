@@ -55,7 +55,7 @@ class BoundedServer:
     """The aggregator's state for one bounded secure sum.
 
     It keeps the :class:`~fedfair.secagg.round.SecureSum` interface's names for who is at fault: a site whose
-    proof fails is a culprit the server saw itself (proven); nobody accuses anybody.
+    proof fails is a culprit the server saw itself, and excluded; nobody accuses anybody.
     """
 
     def __init__(
@@ -271,11 +271,10 @@ class BoundedServer:
         }
 
     @property
-    def proven(self) -> frozenset[int]:
-        """Every culprit: the server checked each failed proof itself."""
-        return frozenset(self.culprits)
-
-    @property
     def accusations(self) -> dict[int, tuple[int, ...]]:
         """Nobody accuses anybody in a bounded sum."""
         return {}
+
+    def excluded(self) -> dict[int, str]:
+        """Every culprit: the server checked each failed proof itself, so no accuser could have lied."""
+        return self.culprits
