@@ -1,5 +1,5 @@
 """A forging aggregator process: ``python forging_aggregator.py PLAN ROUND [sum|model|evaluation|initial|bounded|
-one-share|one-share-to-all]``: attacks that verification stops.
+one-share|one-share-to-all|frame]``: attacks that verification stops.
 
 It runs the real aggregator (``fedfair aggregator start --plan PLAN``) rewritten for training round ROUND.
 ``sum`` (the default): the unmasked sum has a word moved before it is decoded, so the model it applies is not
@@ -13,12 +13,15 @@ share-sum of round ROUND's bounded sum has a coordinate moved before it claims i
 it), and its own check of the sites' tags is skipped. ``one-share``: under a two-verifier input bound, the aggregator
 keeps only site-a's SHARE upload of every round (the others' are dropped unread), so the auditor is asked to total
 site-a alone. ``one-share-to-all``: as ``one-share``, with its own floor on the inputs a total covers removed, and the
-verdict record sent to every site (the dropped ones too), so that each site's own check is what stands. Used by
+verdict record sent to every site (the dropped ones too), so that each site's own check is what stands. ``frame``:
+under a two-verifier input bound, the aggregator's verifier message about site-b is moved in every round, so both
+verifiers reject site-b's honest proof (ROUND is ignored). Used by
 tests/runtime/test_verified_sums.py and tests/runtime/test_bounded_processes.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import torch
@@ -34,6 +37,7 @@ from fedfair.secagg.bounded import server as bounded_server
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.record import VerdictRecord
 from fedfair.secagg.bounded.upload import LeaderUpload, SealedSeed
+from fedfair.secagg.bounded.exchange import Commitments, SeedReveal
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import RoundVerifier
 from fedfair.secagg.server import AggregateResult, Server
@@ -107,6 +111,30 @@ def keep_one_share(*, to_all: bool) -> None:
     setattr(RoundVerifier, "record", to_every_site)  # noqa: B010
 
 
+def frame() -> None:
+    """Rewrite the aggregator's verifier so its message about site-b (party 2) has its first output moved, in every
+    bounded sum, before it commits to it: both verifiers reject site-b's honest proof, and the verdict record's evidence,
+    signed by both, names it a liar. Its check of a dispute (:func:`~fedfair.secagg.bounded.record.framing`) is left
+    as it is: this aggregator relays site-b's dispute, as the protocol has it."""
+    receive_seed = RoundVerifier.receive_seed
+
+    def moved(verifier: RoundVerifier, peer: SeedReveal) -> Commitments:
+        commitments = receive_seed(verifier, peer)
+        framed = 2
+        if verifier.role is not Role.LEADER or framed not in verifier.present:
+            return commitments
+        message = verifier._messages[framed]
+        outputs = message.share.outputs.copy()
+        outputs[0] = (int(outputs[0]) + 1) % field.P
+        message = dataclasses.replace(message, share=dataclasses.replace(message.share, outputs=outputs))
+        verifier._messages[framed] = message  # what it signs and reveals
+        pending = verifier._verifier(framed)._pending
+        pending[framed] = (pending[framed][0], message)  # what it decides with
+        return Commitments(tuple((party, verifier._messages[party].commitment()) for party, _ in commitments.entries))
+
+    setattr(RoundVerifier, "receive_seed", moved)  # noqa: B010 -- the rewrite is the attack
+
+
 def flip(round_number: int) -> None:
     """Rewrite the server step so the model made of `round_number`'s (true, verified) sum is sent negated."""
     apply = FedSRCVaR.server_apply
@@ -147,6 +175,8 @@ if __name__ == "__main__":
         backdoor_initial()
     elif sys.argv[3:] == ["bounded"]:
         forge_bounded(forged_round)
+    elif sys.argv[3:] == ["frame"]:
+        frame()
     elif sys.argv[3:] in (["one-share"], ["one-share-to-all"]):
         keep_one_share(to_all=sys.argv[3] == "one-share-to-all")
     else:

@@ -40,7 +40,7 @@ from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.collaborator.chain import InitialModel, ModelChain
 from fedfair.runtime.collaborator.figures import EvaluationFigures
 from fedfair.runtime.collaborator.input_record import SignedView
-from fedfair.runtime.collaborator.outcome import OutcomeRecord
+from fedfair.runtime.collaborator.outcome import Excluded, OutcomeRecord
 from fedfair.runtime.contract import (
     ACCEPTED,
     EVALUATION,
@@ -110,6 +110,11 @@ class Work:
     """Whether ``vector`` was let go once its encoding was kept (secure aggregation): the round still has it."""
     roster: tuple[str, ...] = ()
     """A bounded sum's roster by party id (id 1 first), once this site shared: whom its verdict record names."""
+    liars: tuple[Excluded, ...] = ()
+    """The parties a bounded sum's verdict record excludes, by this site's own check: named once no dispute clears
+    them (VERIFY)."""
+    stop: VerificationError | None = None
+    """Why this process stops once its upload of this stage left (a framed site's dispute is its last word)."""
 
     def settle(self, wait: bool) -> None:
         """Adopt the start stage's outcome if its job has ended (or, with `wait`, once it ends).

@@ -308,6 +308,8 @@ class TaskStream:
             return
         maybe_die("before-upload", binding.round, pb.Stage.Name(binding.stage))
         self.submit(stub, binding, payload)
+        if work.stop is not None:  # an upload that was this site's last word: a framed site's dispute
+            raise self._refuse_sum(binding.round, work.stop)
         maybe_die("after-upload", binding.round, pb.Stage.Name(binding.stage))
         # A round re-run after an aggregator crash is sent again, but it is one round contributed to.
         training = self.training

@@ -13,7 +13,7 @@ from fedfair.runtime.transport import pb
 from fedfair.runtime.transport.chunks import split
 from fedfair.secagg import config as config_module
 from fedfair.secagg.config import RESUMMED_WORDS, fallback_tag_set_bytes, resummed_claim_bytes
-from fedfair.secagg.bounded.stages import record_bytes
+from fedfair.secagg.bounded.stages import part_bytes, record_bytes
 from fedfair.secagg.round import BASE_STAGE_BYTES, PER_PARTY_STAGE_BYTES
 from fedfair.secagg.verify_messages import TagSet
 from tests.secagg.helpers import Harness, make_config
@@ -46,7 +46,8 @@ def test_every_secure_stage_reads_what_its_declaration_caps_for_the_roster_and_t
     assert input_limit(task(pb.STAGE_BOUNDED_DECIDE), sites, parameters, 0) == roster + record_bytes(
         sites, 4 * (parameters + 2)
     )
-    assert input_limit(task(pb.STAGE_BOUNDED_VERIFY), sites, parameters, 0) == roster + PER_PARTY_STAGE_BYTES
+    disputes = sites * part_bytes(4 * (parameters + 2))  # an excluded site's part, shown at most once each
+    assert input_limit(task(pb.STAGE_BOUNDED_VERIFY), sites, parameters, 0) == roster + PER_PARTY_STAGE_BYTES + disputes
     for stage in (pb.STAGE_ADVERTISE_KEYS, pb.STAGE_EVAL_UNMASK, pb.STAGE_BOUNDED_SHARE, pb.STAGE_EVAL_EXTENSION):
         assert input_limit(task(stage), sites, parameters, 0) == roster
 

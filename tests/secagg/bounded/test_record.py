@@ -12,10 +12,11 @@ from fedfair.core.errors import AuthenticationError, ProtocolError
 from fedfair.pki import identity
 from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded.exchange import Reveal
-from fedfair.secagg.bounded.record import VerdictRecord, check_round_evidence, settle, sign_record
-from fedfair.secagg.bounded.shares import HelperShare
+from fedfair.secagg.bounded.record import Dispute, VerdictRecord, check_round_evidence, framing, sign_record
+from fedfair.secagg.bounded.shares import HelperShare, LeaderShare
+from fedfair.secagg.bounded.total import decide_upload
 from fedfair.secagg.bounded.upload import LeaderUpload, open_seed
-from fedfair.secagg.bounded.verifier import Evidence, VerifierMessage, sign
+from fedfair.secagg.bounded.verifier import Evidence, Role, Verifier, VerifierMessage, sign
 from fedfair.secagg.bounded.verifying import Step
 from tests.secagg.bounded.roundkit import Round, new_round, over_bound, vector_at
 
@@ -114,11 +115,59 @@ def test_a_query_seed_half_other_than_the_committed_one_is_refused() -> None:
         game.leader.close_uploads()
 
 
-def test_a_dispute_is_settled_from_the_two_parts_the_site_signed() -> None:
-    game, record, (leader_part, helper_share) = decided_round()
-    liar_key = game.site_keys[LIAR].public_key()
-    verdict = settle(game.context, record.query_seed, leader_part, helper_share, liar_key)
-    assert not verdict.accepted and verdict.reasons == record.excluded[LIAR]
-    other = game.upload(LIAR, over_bound(game.context, LIAR, 0.5, 3))[0]  # parts the liar never sent
-    with pytest.raises(AuthenticationError, match="did not sign these two parts"):
-        settle(game.context, record.query_seed, other, helper_share, liar_key)
+def framed_round(monkeypatch: pytest.MonkeyPatch) -> tuple[Round, VerdictRecord, Dispute]:
+    """Three honest sites; the aggregator's message about the second has one output moved before it commits to it, so
+    both verifiers reject the second; and the second's dispute: the part it sent the aggregator."""
+    receive = Verifier.receive
+
+    def moved(verifier: Verifier, party: int, share: LeaderShare | HelperShare) -> VerifierMessage:
+        message = receive(verifier, party, share)
+        if verifier.role is Role.LEADER and party == LIAR:
+            outputs = message.share.outputs.copy()
+            outputs[0] = (int(outputs[0]) + 1) % field.P
+            message = dataclasses.replace(message, share=dataclasses.replace(message.share, outputs=outputs))
+            verifier._pending[party] = (verifier._pending[party][0], message)
+        return message
+
+    monkeypatch.setattr(Verifier, "receive", moved)
+    game = new_round({HONEST: 1.0, LIAR: 1.0, OTHER: 1.0})
+    parts = {}
+    for party in (HONEST, LIAR, OTHER):
+        encoded = vector_at(0.5 * np.sqrt(game.context.bounds[party]), game.context.dimension, party)
+        parts[party] = game.upload(party, np.round(encoded).astype(np.int64))
+        game.leader.receive_upload(parts[party][0])
+        game.helper.receive_upload(parts[party][1])
+    from_leader, from_helper = game.exchange_until_reveal()
+    game.leader.receive_reveal(from_helper)
+    game.helper.receive_reveal(from_leader)
+    game.leader.finish(game.helper.auditor_total())
+    monkeypatch.undo()  # the message is recomputed honestly from here on
+    return game, game.leader.record(), Dispute(parts[LIAR][0])
+
+
+def test_a_framed_site_shows_the_aggregators_message_false_with_its_own_part_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    game, record, dispute = framed_round(monkeypatch)
+    key = game.site_keys[LIAR].public_key()
+    findings = check_round_evidence(game.context, record)
+    assert findings.accepted == (HONEST, OTHER) and set(findings.liars) == {LIAR}  # the evidence alone brands it
+    verdict = framing(game.context, record, Dispute.from_bytes(dispute.to_bytes()), key)
+    assert verdict.accepted and verdict.party == LIAR  # with the true message, its proof checks
+    assert isinstance(decide_upload(dispute.to_bytes()), Dispute)
+    with pytest.raises(AuthenticationError, match="not signed by it"):
+        framing(game.context, record, dispute, game.site_keys[HONEST].public_key())
+
+
+def test_a_liars_dispute_does_not_hold_whatever_part_it_shows() -> None:
+    game, record, (liar_part, _) = decided_round()
+    key = game.site_keys[LIAR].public_key()
+    with pytest.raises(ProtocolError, match="is the one its part gives: its own proof failed"):
+        framing(game.context, record, Dispute(liar_part), key)
+    # Another part, signed by the liar too (it equivocates): not the part the aggregator's message is of.
+    other = game.upload(LIAR, over_bound(game.context, LIAR, 0.5, 3))[0]
+    with pytest.raises(ProtocolError, match="not the one the aggregator's message about it is of"):
+        framing(game.context, record, Dispute(other), key)
+    accepted = game.upload(HONEST, over_bound(game.context, HONEST, 0.5, 4))[0]
+    with pytest.raises(ProtocolError, match="does not exclude it"):
+        framing(game.context, record, Dispute(accepted), game.site_keys[HONEST].public_key())

@@ -74,6 +74,7 @@ def test_a_verifier_message_must_be_the_one_its_sender_committed_to() -> None:
     outputs[0] = (int(outputs[0]) + 1) % field.P  # fitted after the fact
     fitted = VerifierMessage(
         honest.party,
+        honest.received,
         honest.own_parts,
         honest.claimed_peer_parts,
         flp.VerifierShare(outputs, honest.share.wire_values, honest.share.polynomial_values),
