@@ -14,8 +14,9 @@ it), and its own check of the sites' tags is skipped. ``one-share``: under a two
 keeps only site-a's SHARE upload of every round (the others' are dropped unread), so the auditor is asked to total
 site-a alone. ``one-share-to-all``: as ``one-share``, with its own floor on the inputs a total covers removed, and the
 verdict record sent to every site (the dropped ones too), so that each site's own check is what stands. ``frame``:
-under a two-verifier input bound, the aggregator's verifier message about site-b is moved in every round, so both
-verifiers reject site-b's honest proof (ROUND is ignored). Used by
+under a two-verifier input bound, the aggregator's verifier message about site-b is moved in round 1, so both
+verifiers reject site-b's honest proof (ROUND is ignored); ``python forging_aggregator.py --framing-auditor ARGS`` is
+``fedfair auditor start ARGS`` with the auditor's message moved instead. Used by
 tests/runtime/test_verified_sums.py and tests/runtime/test_bounded_processes.py.
 """
 
@@ -111,17 +112,18 @@ def keep_one_share(*, to_all: bool) -> None:
     setattr(RoundVerifier, "record", to_every_site)  # noqa: B010
 
 
-def frame() -> None:
-    """Rewrite the aggregator's verifier so its message about site-b (party 2) has its first output moved, in every
-    bounded sum, before it commits to it: both verifiers reject site-b's honest proof, and the verdict record's evidence,
-    signed by both, names it a liar. Its check of a dispute (:func:`~fedfair.secagg.bounded.record.framing`) is left
-    as it is: this aggregator relays site-b's dispute, as the protocol has it."""
+def frame(role: Role) -> None:
+    """Rewrite `role`'s verifier so its message about site-b (party 2 of round 1's roster) has its first output moved
+    in round 1's bounded sum, before it commits to it: both verifiers reject site-b's honest proof, and the verdict record's evidence, signed
+    by both, names it a liar. The aggregator's check of a dispute (:func:`~fedfair.secagg.bounded.record.framing`) is
+    left as it is: a framing aggregator relays site-b's dispute, as the protocol has it."""
     receive_seed = RoundVerifier.receive_seed
+    first = session_round(1, BOUNDED_TRAINING)
 
     def moved(verifier: RoundVerifier, peer: SeedReveal) -> Commitments:
         commitments = receive_seed(verifier, peer)
         framed = 2
-        if verifier.role is not Role.LEADER or framed not in verifier.present:
+        if verifier.role is not role or verifier.context.round != first or framed not in verifier.present:
             return commitments
         message = verifier._messages[framed]
         outputs = message.share.outputs.copy()
@@ -168,6 +170,9 @@ def backdoor_initial() -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "--framing-auditor":  # the auditor framing site-b: `fedfair auditor start ARGS` so rewritten
+        frame(Role.HELPER)
+        sys.exit(main(["auditor", "start", *sys.argv[2:]]))
     plan, forged_round = sys.argv[1], int(sys.argv[2])
     if sys.argv[3:] == ["model"]:
         flip(forged_round)
@@ -176,7 +181,7 @@ if __name__ == "__main__":
     elif sys.argv[3:] == ["bounded"]:
         forge_bounded(forged_round)
     elif sys.argv[3:] == ["frame"]:
-        frame()
+        frame(Role.LEADER)
     elif sys.argv[3:] in (["one-share"], ["one-share-to-all"]):
         keep_one_share(to_all=sys.argv[3] == "one-share-to-all")
     else:

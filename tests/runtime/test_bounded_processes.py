@@ -62,16 +62,28 @@ def bounded_workspace(root: Path, **sections: Mapping[str, Any]) -> Workspace:
 
 
 def start_auditor(
-    processes: Processes, workspace: Workspace, *, lenient: bool = False, env: Mapping[str, str] | None = None
+    processes: Processes,
+    workspace: Workspace,
+    *,
+    lenient: bool = False,
+    framing: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> Child:
     """`fedfair auditor start` with the auditor's certificate, the manifest and the aggregator's address.
 
     `lenient`: the auditor without its floor on the inputs a total covers (tests/runtime/lenient_auditor.py);
-    `env` adds to its environment.
+    `framing`: the auditor moving its message about site-b (tests/runtime/forging_aggregator.py); `env` adds to its
+    environment.
     """
     certs = workspace.certs
+    if lenient:
+        program = [sys.executable, str(LENIENT_AUDITOR)]
+    elif framing:
+        program = [sys.executable, str(FORGER), "--framing-auditor"]
+    else:
+        program = [*FEDFAIR_COMMAND, "auditor", "start"]
     command = [
-        *([sys.executable, str(LENIENT_AUDITOR)] if lenient else [*FEDFAIR_COMMAND, "auditor", "start"]),
+        *program,
         "--cert",
         str(certs / f"{AUDITOR}.crt"),
         "--key",
@@ -316,3 +328,27 @@ def test_an_aggregator_that_frames_an_honest_site_is_named_at_every_site_and_the
     log = read_round_log(workspace.output)
     assert not [record for record in log if record["status"] == "applied"], log
     assert not [record for record in log if framed in record.get("excluded", {})], log
+
+
+@pytest.mark.slow
+def test_an_auditor_that_frames_a_site_is_named_by_that_site_alone(tmp_path: Path, processes: Processes) -> None:
+    """Issue 94's limit: the auditor moves its own verifier message about honest site-b. Site-b finds the auditor's
+    message is not the one its share for the auditor gives and stops naming the auditor (FRAMED, exit 2); it shows
+    nobody, as showing it would take that share, which with the aggregator's part is its update. The others cannot
+    tell it from a liar: they name site-b a liar and their rounds apply without it (docs/security.md, "A framed
+    site")."""
+    framed, honest = "site-b", ("site-a", "site-c")
+    workspace = bounded_workspace(tmp_path)
+    aggregator = processes.aggregator(workspace)
+    start_auditor(processes, workspace, framing=True)
+    sites = {name: processes.collaborator(workspace, name) for name in NAMES}
+    assert sites[framed].wait(240) == 2, processes.tail()
+    said = "\n".join(sites[framed].lines)
+    assert "aggregate-refused: round 1:" in said and "FRAMED" in said and "the auditor framed it" in said, said[-3000:]
+    assert aggregator.wait(300) == 0, processes.tail()
+    log = read_round_log(workspace.output)
+    assert [record["status"] for record in log] == ["applied"] * ROUNDS, processes.tail()
+    assert list(log[0].get("excluded", {})) == [framed], log[0]
+    for name in honest:
+        assert sites[name].wait(60) == 0, processes.tail()
+        assert any(f"the verdict record names {framed}" in line for line in sites[name].lines), processes.tail()

@@ -133,12 +133,14 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
     names, and the total it commits the aggregator to, can be shown later. The liars are named at VERIFY, once every
     excluded site's dispute is in (:func:`verify`). A site the record leaves out disputes it when the aggregator's own
     message about it is the false one (:meth:`BoundedSite.dispute`): it uploads the part it sent the aggregator, which
-    every accepted site is shown at VERIFY, then stops (FRAMED) instead of withdrawing as a liar.
+    every accepted site is shown at VERIFY, then stops (FRAMED) instead of withdrawing as a liar. One the auditor's false
+    message leaves out stops (FRAMED) naming the auditor, and shows nothing: that would take its update.
 
     Raises:
         VerificationError: the record does not hold up against both verifiers' signed evidence and the auditor's
             signed total (FORGED), is unreadable (MALFORMED), or accepts fewer sites than the plan's threshold
-            (BELOW_FLOOR): the aggregator misbehaves, and the process stops rather than withdraw.
+            (BELOW_FLOOR): the aggregator misbehaves, and the process stops rather than withdraw; FRAMED, the auditor's
+            message about this site is false.
         RefusedError: reason :attr:`Refusal.WITHDRAWN` when this site did not share this round, or the record names
             it a liar and it cannot show otherwise (its update is not in the sum).
     """
@@ -170,18 +172,27 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
     )
     if site.party in findings.accepted:
         return bytes(spec.step(site, record, _not_asked).to_bytes())
+    where = f"the record's sha256 {digest}{'' if kept is None else f'; kept as {kept}'}"
     dispute = site.dispute()
-    if dispute is None:
-        raise RefusedError(Refusal.WITHDRAWN, "the verdict record leaves this site's update out of the sum")
-    work.stop = VerificationError(
-        work.round,
-        VerifyReason.FRAMED,
-        "the verdict record names this site a liar, but the aggregator's signed verifier message about it is not the "
-        "one the part this site sent it gives, and with the true message its proof checks: this site sent that part "
-        f"back as its dispute, shown to every accepted site (the record's sha256 {digest}"
-        f"{'' if kept is None else f'; kept as {kept}'})",
-    )
-    return dispute.to_bytes()
+    if dispute is not None:
+        work.stop = VerificationError(
+            work.round,
+            VerifyReason.FRAMED,
+            "the verdict record names this site a liar, but the aggregator's signed verifier message about it is not "
+            "the one the part this site sent it gives: this site sent that part back as its dispute, shown to every "
+            f"accepted site ({where})",
+        )
+        return dispute.to_bytes()
+    if site.auditor_framed():
+        raise VerificationError(
+            work.round,
+            VerifyReason.FRAMED,
+            "the verdict record names this site a liar, but the auditor's signed verifier message about it is not the "
+            "one this site's share for the auditor gives: the auditor framed it. Showing it would take that share, "
+            "which with the aggregator's part is this site's update, so it is shown to nobody; the other sites name "
+            f"this site a liar for round {work.round} (docs/security.md, 'A framed site'; {where})",
+        )
+    raise RefusedError(Refusal.WITHDRAWN, "the verdict record leaves this site's update out of the sum")
 
 
 def verify(me: Participant, work: Work, inputs: StageInput) -> bytes:
@@ -210,7 +221,7 @@ def verify(me: Participant, work: Work, inputs: StageInput) -> bytes:
     if framed:
         shown = "; ".join(
             f"{work.roster[party - 1]}, whose proof "
-            + ("checks with the true message" if verdict.accepted else "fails with the true message too")
+            + ("checks with the true message" if verdict.accepted else "fails with the record's query seed anyway")
             for party, verdict in sorted(framed.items())
         )
         raise VerificationError(

@@ -21,10 +21,10 @@ from fedfair.secagg.bounded.messages import Exchange, SeedRelay, SignedRoundKey,
 from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.parameters import BoundedParameters
 from fedfair.secagg.bounded.record import Dispute, RoundFindings, VerdictRecord, check_round_evidence, framing
-from fedfair.secagg.bounded.shares import Witness, honest_witness
+from fedfair.secagg.bounded.shares import HelperShare, Witness, honest_witness
 from fedfair.secagg.bounded.total import SignedTags, TagSet, record_digest, sign_tags, verified_total
 from fedfair.secagg.bounded.upload import LeaderUpload, make_uploads
-from fedfair.secagg.bounded.verifier import Role, Verdict
+from fedfair.secagg.bounded.verifier import Role, Verdict, Verifier
 from fedfair.secagg.bounded.verifying import RoundVerifier
 
 
@@ -50,6 +50,8 @@ class BoundedSite:
         self._upload: LeaderUpload | None = None
         """This site's part for the aggregator, as it sent it: its explicit share is what its tags are of, and the
         whole part is what it disputes a verdict record with."""
+        self._helper_share: HelperShare | None = None
+        """The auditor's share of this site's input, as the auditor opens it: what its message about this site is of."""
         self._record: tuple[bytes, VerdictRecord, RoundFindings] | None = None
         """The verdict record this site checked (its digest, itself, the findings), once DECIDE took it."""
         self.tagged = False
@@ -64,7 +66,9 @@ class BoundedSite:
         """
         checked = round_key.checked(self.parameters.auditor_key, self.parameters.binding)
         self._context = self.parameters.context(checked)
-        leader, sealed = make_uploads(self._context, self.party, self._identity_key, encoded, self._witness)
+        leader, sealed, self._helper_share = make_uploads(
+            self._context, self.party, self._identity_key, encoded, self._witness
+        )
         self._upload = leader
         return SiteShare(leader, sealed)
 
@@ -99,27 +103,46 @@ class BoundedSite:
         return tags
 
     def dispute(self) -> Dispute | None:
-        """DECIDE, for a site the checked record excludes: its dispute when the aggregator framed it, else None.
+        """DECIDE, for a site the checked record excludes: its dispute when the aggregator's message about it is false.
 
-        Framed: the aggregator's signed message about this site is not the one its part gives, and with the true one
-        its proof checks (:func:`framing`). None: its own proof failed, or the auditor's message is the false one,
-        which this site can show only with its seed, so only with its update to whoever holds its other part.
+        False: not the one the part this site sent the aggregator gives under the record's query seed
+        (:func:`framing`); the aggregator is then shown to lie whatever the verdict with the true message. None: the
+        aggregator's message is the true one, so the record's query seed is the one both verifiers drew.
 
         Raises:
             ProtocolError: this site has checked no record this round, or the record accepts it.
         """
-        if self._context is None or self._upload is None or self._record is None:
+        record = self._excluding_record()
+        assert self._context is not None and self._upload is not None  # set by share, before any record
+        dispute = Dispute(self._upload)
+        try:
+            framing(self._context, record, dispute, self.parameters.site_keys[self.party])
+        except (AuthenticationError, ProtocolError):
+            return None
+        return dispute
+
+    def auditor_framed(self) -> bool:
+        """DECIDE, for an excluded site with no :meth:`dispute`: whether the auditor's message about it is false.
+
+        False: not the one this site's own share for the auditor gives under the record's query seed. This site cannot show it to anyone without that share, which with the aggregator's part is its update.
+
+        Raises:
+            ProtocolError: this site has checked no record this round, or the record accepts it.
+        """
+        record = self._excluding_record()
+        assert self._context is not None and self._helper_share is not None  # set by share, before any record
+        layout = self._context.layout(self.party)
+        true = Verifier(layout, Role.HELPER, record.query_seed).receive(self.party, self._helper_share)
+        return true.to_bytes() != record.evidence[self.party].helper_message
+
+    def _excluding_record(self) -> VerdictRecord:
+        """The record this site checked, which leaves it out of the sum (ProtocolError otherwise)."""
+        if self._record is None:
             raise ProtocolError(f"party {self.party} has checked no verdict record this round")
         record = self._record[1]
         if self.party in record.accepted:
             raise ProtocolError(f"the verdict record accepts party {self.party}: there is nothing to dispute")
-        dispute = Dispute(self._upload)
-        key = self.parameters.site_keys[self.party]
-        try:
-            verdict = framing(self._context, record, dispute, key)
-        except (AuthenticationError, ProtocolError):
-            return None
-        return dispute if verdict.accepted else None
+        return record
 
     def framings(self, tag_set: TagSet) -> dict[int, Verdict]:
         """VERIFY: every relayed dispute, checked against the record: disputing site -> its verdict with the true message.
