@@ -1,5 +1,5 @@
 """A forging aggregator process: ``python forging_aggregator.py PLAN ROUND [sum|model|evaluation|initial|bounded|
-one-share|one-share-to-all|frame]``: attacks that verification stops.
+one-share|one-share-to-all|frame|tamper-one]``: attacks that verification stops.
 
 It runs the real aggregator (``fedfair aggregator start --plan PLAN``) rewritten for training round ROUND.
 ``sum`` (the default): the unmasked sum has a word moved before it is decoded, so the model it applies is not
@@ -16,7 +16,8 @@ site-a alone. ``one-share-to-all``: as ``one-share``, with its own floor on the 
 verdict record sent to every site (the dropped ones too), so that each site's own check is what stands. ``frame``:
 under a two-verifier input bound, the aggregator's verifier message about site-b is moved in round 1, so both
 verifiers reject site-b's honest proof (ROUND is ignored); ``python forging_aggregator.py --framing-auditor ARGS`` is
-``fedfair auditor start ARGS`` with the auditor's message moved instead. Used by
+``fedfair auditor start ARGS`` with the auditor's message moved instead. ``tamper-one``: under a two-verifier input
+bound, the verdict record sent to site-c in round 1 has a byte of its total moved (ROUND is ignored). Used by
 tests/runtime/test_verified_sums.py and tests/runtime/test_bounded_processes.py.
 """
 
@@ -24,6 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 import torch
 
@@ -39,8 +43,11 @@ from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.record import VerdictRecord
 from fedfair.secagg.bounded.upload import LeaderUpload, SealedSeed
 from fedfair.secagg.bounded.exchange import Commitments, SeedReveal
+from fedfair.secagg.bounded.messages import Encoded
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import RoundVerifier
+from fedfair.secagg.bounded.stages import BoundedStage
+from fedfair.secagg.round import AnyStage, Opening, ServerOrder
 from fedfair.secagg.server import AggregateResult, Server
 
 
@@ -137,6 +144,31 @@ def frame(role: Role) -> None:
     setattr(RoundVerifier, "receive_seed", moved)  # noqa: B010 -- the rewrite is the attack
 
 
+def tamper_one() -> None:
+    """Rewrite the aggregator's round order so the verdict record TOTAL's close sends site-c (party 3 of round 1's
+    roster) in round 1 has one byte of its total moved, its signature unchanged; every other party is sent the record
+    as signed. (The round's declaration holds the server's own close as it was imported, so the order's call of it is
+    what is rewritten.)"""
+    close = ServerOrder.close
+    first = session_round(1, BOUNDED_TRAINING)
+
+    def tampered_for_site_c(order: ServerOrder, spec: AnyStage, step: Callable[[], Any]) -> Any:
+        opening = close(order, spec, step)
+        server = step.args[0] if isinstance(step, partial) else None  # the driver's partial(close, server)
+        if not isinstance(server, bounded_server.BoundedServer) or spec.stage is not BoundedStage.TOTAL:
+            return opening
+        if server.context.round != first or 3 not in opening.among:
+            return opening
+        record = opening.inputs
+        assert isinstance(record, Encoded)  # one record, the same for every party
+        moved = bytearray(record.data)
+        moved[-100] ^= 1  # a byte of the total (the signature, at most 72 bytes, and its 8-byte length follow it)
+        inputs = {party: Encoded(bytes(moved)) if party == 3 else record for party in opening.among}
+        return Opening(opening.among, inputs)
+
+    setattr(ServerOrder, "close", tampered_for_site_c)  # noqa: B010 -- the rewrite is the attack
+
+
 def flip(round_number: int) -> None:
     """Rewrite the server step so the model made of `round_number`'s (true, verified) sum is sent negated."""
     apply = FedSRCVaR.server_apply
@@ -182,6 +214,8 @@ if __name__ == "__main__":
         forge_bounded(forged_round)
     elif sys.argv[3:] == ["frame"]:
         frame(Role.LEADER)
+    elif sys.argv[3:] == ["tamper-one"]:
+        tamper_one()
     elif sys.argv[3:] in (["one-share"], ["one-share-to-all"]):
         keep_one_share(to_all=sys.argv[3] == "one-share-to-all")
     else:
