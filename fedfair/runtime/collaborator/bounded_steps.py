@@ -5,10 +5,9 @@ Under ``[secure_aggregation] input_bound = "two_verifiers"`` a training round ru
 (:data:`~fedfair.runtime.contract.BOUNDED_TRAINING`). A site uploads at SHARE, once it checked the round's public
 parameters and every relayed certificate, its update encoded within its bound with the witness that proves it
 (:class:`~fedfair.secagg.bounded.peers.BoundedSite`); at DECIDE, once the signed verdict record holds up (kept in its
-folder first), its signed tags of the total the record commits to, or, when the record leaves it out by the
-aggregator's false message, its dispute; at VERIFY, once no dispute shows the aggregator framed a site, the liars the
-record names, and its verdict once every accepted site's tags check the total, which its model chain then steps. A
-record, a dispute or a total that does not hold up stops the site.
+folder first), its signed tags of the total, or its dispute of the aggregator's false message; at VERIFY, once no
+dispute holds, the liars the record names, and its verdict once the tags check the total, which its model chain then
+steps. A record, a dispute or a total that does not hold up stops the site.
 
 Why: docs/security.md, "Bounded inputs (two verifiers)".
 """
