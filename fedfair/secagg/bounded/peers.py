@@ -81,7 +81,7 @@ class BoundedSite:
         """
         if self._context is None:
             raise ProtocolError(f"party {self.party} was sent a verdict record before it shared its update")
-        findings = check_round_evidence(self._context, record)
+        findings = check_round_evidence(self._context, record, self.parameters.site_keys)
         self._record = (record_digest(record.to_bytes(self._context)), record, findings)
         return findings
 

@@ -13,6 +13,7 @@ A site the record excludes by the aggregator's false message shows it with the p
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -24,7 +25,7 @@ from fedfair.secagg.bounded import field as prime_field
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.exchange import COMMITMENT_BYTES
 from fedfair.secagg.bounded.shares import SEED_BYTES
-from fedfair.secagg.bounded.upload import LeaderUpload, check_leader_upload, leader_digest
+from fedfair.secagg.bounded.upload import LeaderUpload, check_leader_upload, leader_digest, statement
 from fedfair.secagg.bounded.verifier import Evidence, Role, Verdict, Verifier, VerifierMessage, check_evidence, decide
 from fedfair.secagg.codec import Reader, Writer
 from fedfair.secagg.wire import SIGNATURE_LIMIT
@@ -64,7 +65,7 @@ class VerdictRecord:
         for party in sorted(self.evidence):
             item = self.evidence[party]
             writer.u32(party).blob(item.leader_message).blob(item.leader_signature)
-            writer.blob(item.helper_message).blob(item.helper_signature)
+            writer.blob(item.helper_message).blob(item.helper_signature).blob(item.party_signature)
         writer.blob(self.noise_commitment).blob(np.ascontiguousarray(self.total, dtype="<u8").tobytes())
         return b"fedfair bounded v1 verdict record\x00" + writer.getvalue()
 
@@ -100,7 +101,11 @@ class VerdictRecord:
         for _ in range(reader.u32()):
             party = reader.u32()
             evidence[party] = Evidence(
-                reader.blob(), reader.blob(SIGNATURE_LIMIT), reader.blob(), reader.blob(SIGNATURE_LIMIT)
+                reader.blob(),
+                reader.blob(SIGNATURE_LIMIT),
+                reader.blob(),
+                reader.blob(SIGNATURE_LIMIT),
+                reader.blob(SIGNATURE_LIMIT),
             )
         noise_commitment = reader.blob(COMMITMENT_BYTES)
         total = _elements(reader.blob())
@@ -124,14 +129,19 @@ class RoundFindings:
     liars: dict[int, tuple[str, ...]]
 
 
-def check_round_evidence(context: BoundedContext, record: VerdictRecord) -> RoundFindings:
+def check_round_evidence(
+    context: BoundedContext, record: VerdictRecord, site_keys: Mapping[int, ec.EllipticCurvePublicKey]
+) -> RoundFindings:
     """Check the aggregator's record against its evidence: the verdicts a site can reach on its own.
+
+    ``site_keys``: each party's identity key, which signed the digests of its two parts that the messages name.
 
     Raises:
         AuthenticationError: the record is not signed by the aggregator for this round, or a verifier message
             is not signed by the verifier it is from (the error names it).
-        ProtocolError: a verdict does not follow from its evidence, a party is both accepted and excluded, or
-            a decided party has no evidence (the aggregator's record is false; the error names the party).
+        ProtocolError: a verdict does not follow from its evidence, a party is both accepted and excluded, a
+            decided party has no evidence, or its messages are not of the parts it signed (the aggregator's record is
+            false; the error names the party).
         ProtocolError: the record's total is not d elements.
         VerificationError: BELOW_FLOOR, the record accepts fewer parties than the context's floor (a total of them
             would show their sum, one site's input where it accepts one).
@@ -147,6 +157,7 @@ def check_round_evidence(context: BoundedContext, record: VerdictRecord) -> Roun
     for party in sorted(decided):
         layout = context.layout(party)
         evidence = record.evidence[party]
+        received = []
         for name, data in (("aggregator", evidence.leader_message), ("auditor", evidence.helper_message)):
             try:
                 message = VerifierMessage.from_bytes(layout, data)
@@ -154,6 +165,12 @@ def check_round_evidence(context: BoundedContext, record: VerdictRecord) -> Roun
                 raise ProtocolError(f"the {name}'s message about party {party} is malformed: {error}") from None
             if message.party != party:
                 raise ProtocolError(f"the {name}'s message filed under party {party} is about party {message.party}")
+            received.append(message.received)
+        signed = statement(context, party, *received)
+        if party not in site_keys or not identity.is_valid_signature(
+            site_keys[party], evidence.party_signature, signed
+        ):
+            raise ProtocolError(f"the verifiers' messages about party {party} are not of two parts it signed")
         try:
             verdict = check_evidence(layout, context.digest, evidence, context.aggregator_key, context.auditor_key)
         except ProtocolError as error:

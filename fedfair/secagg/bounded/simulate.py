@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.pki.identity import generate_identity_key
 from fedfair.core.errors import AuthenticationError, ProtocolError
@@ -57,6 +58,7 @@ class BoundedTrace:
     refusals: per site, why it refused the record (DECIDE) or the total (VERIFY); such a site applies nothing. Under
         :data:`AUDITOR`, why the auditor withheld its tags of the record.
     withheld: why an aggregator runtime would have voided the round rather than relay the tags (None: it relays).
+    site_keys: each site's identity key, which a check of the record needs (:func:`check_round_evidence`).
     """
 
     result: BoundedSum
@@ -75,6 +77,7 @@ class BoundedTrace:
     totals: dict[int, np.ndarray] = field(default_factory=dict)
     refusals: dict[int, ProtocolError] = field(default_factory=dict)
     withheld: str | None = None
+    site_keys: dict[int, ec.EllipticCurvePublicKey] = field(default_factory=dict)
 
 
 def simulate_bounded_round(
@@ -257,6 +260,7 @@ def simulate_bounded_round(
         totals,
         refusals,
         withheld,
+        dict(parameters.site_keys),
     )
 
 

@@ -111,12 +111,18 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Evidence:
-    """Both verifiers' signed messages about one party: what a site checks before it believes a verdict."""
+    """Both verifiers' signed messages about one party: what a site checks before it believes a verdict.
+
+    party_signature: the party's own signature over the digests of its two parts
+    (:func:`~fedfair.secagg.bounded.upload.statement`), which each message names as the part it is of: neither verifier
+    can file a message under a part the party never sent.
+    """
 
     leader_message: bytes
     leader_signature: bytes
     helper_message: bytes
     helper_signature: bytes
+    party_signature: bytes
 
 
 def decide(layout: Layout, leader: VerifierMessage, helper: VerifierMessage) -> Verdict:

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import AuthenticationError, ProtocolError
 from fedfair.pki import identity
@@ -16,7 +17,7 @@ from fedfair.secagg.bounded.record import Dispute, VerdictRecord, check_round_ev
 from fedfair.secagg.bounded.shares import HelperShare, LeaderShare
 from fedfair.secagg.bounded.total import decide_upload
 from fedfair.secagg.bounded.upload import LeaderUpload, open_seed
-from fedfair.secagg.bounded.verifier import Evidence, Role, Verifier, VerifierMessage, sign
+from fedfair.secagg.bounded.verifier import Role, Verifier, VerifierMessage, sign
 from fedfair.secagg.bounded.verifying import Step
 from tests.secagg.bounded.roundkit import Round, new_round, over_bound, vector_at
 
@@ -40,6 +41,11 @@ def decided_round() -> tuple[Round, VerdictRecord, tuple[LeaderUpload, HelperSha
     return game, game.leader.record(), (liar_parts[0], liar_helper_share)
 
 
+def keys_of(game: Round) -> dict[int, ec.EllipticCurvePublicKey]:
+    """Each site's identity key, which signed the digests its verifiers' messages name."""
+    return {party: key.public_key() for party, key in game.site_keys.items()}
+
+
 def resigned(game: Round, record: VerdictRecord, **changes: Any) -> VerdictRecord:
     """``record`` changed and signed again by the aggregator: a record the aggregator lies in."""
     return sign_record(game.context, game.aggregator_key, dataclasses.replace(record, **changes))
@@ -47,7 +53,9 @@ def resigned(game: Round, record: VerdictRecord, **changes: Any) -> VerdictRecor
 
 def test_the_record_checks_and_names_the_liar() -> None:
     game, record, _ = decided_round()
-    findings = check_round_evidence(game.context, VerdictRecord.from_bytes(record.to_bytes(game.context)))
+    findings = check_round_evidence(
+        game.context, VerdictRecord.from_bytes(record.to_bytes(game.context)), keys_of(game)
+    )
     assert findings.accepted == (HONEST, OTHER) and set(findings.liars) == {LIAR}
 
 
@@ -55,29 +63,31 @@ def test_a_flipped_verdict_is_refused_whichever_way() -> None:
     game, record, _ = decided_round()
     liar_accepted = resigned(game, record, accepted=(HONEST, LIAR, OTHER), excluded={})
     with pytest.raises(ProtocolError, match="marks party 1 accepted, but the verifiers' signed messages reject it"):
-        check_round_evidence(game.context, liar_accepted)
+        check_round_evidence(game.context, liar_accepted, keys_of(game))
     honest_excluded = resigned(
         game, record, accepted=(OTHER,), excluded={HONEST: ("norm",), LIAR: record.excluded[LIAR]}
     )
     with pytest.raises(ProtocolError, match="marks party 0 excluded, but the verifiers' signed messages accept it"):
-        check_round_evidence(game.context, honest_excluded)
+        check_round_evidence(game.context, honest_excluded, keys_of(game))
     dropped_evidence = resigned(game, record, evidence={HONEST: record.evidence[HONEST]})
     with pytest.raises(ProtocolError, match="evidence for exactly the parties it decided"):
-        check_round_evidence(game.context, dropped_evidence)
+        check_round_evidence(game.context, dropped_evidence, keys_of(game))
     unsigned = dataclasses.replace(record, accepted=(HONEST, LIAR), excluded={})
     with pytest.raises(AuthenticationError, match="not signed by the aggregator"):
-        check_round_evidence(game.context, unsigned)
+        check_round_evidence(game.context, unsigned, keys_of(game))
 
 
 def test_altered_evidence_names_the_verifier_whose_signature_fails() -> None:
     game, record, _ = decided_round()
     item = record.evidence[LIAR]
-    bad_signature = Evidence(item.leader_message, item.leader_signature, item.helper_message, item.leader_signature)
+    bad_signature = dataclasses.replace(item, helper_signature=item.leader_signature)
     with pytest.raises(AuthenticationError, match="party 1's evidence: the auditor's verifier message is not signed"):
-        check_round_evidence(game.context, resigned(game, record, evidence={**record.evidence, LIAR: bad_signature}))
+        check_round_evidence(
+            game.context, resigned(game, record, evidence={**record.evidence, LIAR: bad_signature}), keys_of(game)
+        )
     moved = {**record.evidence, LIAR: record.evidence[HONEST]}  # the honest party's evidence filed under the liar
     with pytest.raises(ProtocolError, match="message filed under party 1 is about party 0"):
-        check_round_evidence(game.context, resigned(game, record, evidence=moved))
+        check_round_evidence(game.context, resigned(game, record, evidence=moved), keys_of(game))
 
 
 def test_a_verifier_revealing_another_message_than_it_committed_to_is_refused() -> None:
@@ -97,6 +107,9 @@ def test_a_verifier_revealing_another_message_than_it_committed_to_is_refused() 
     refit = Reveal(((party, *sign(game.auditor_key, game.context.digest, fitted)),))
     with pytest.raises(ProtocolError, match="auditor's message about party 0 is not the one it committed to"):
         game.leader.receive_reveal(refit)
+    misfiled = dataclasses.replace(honest, received=bytes(32))  # filed under a part the party never signed
+    with pytest.raises(ProtocolError, match="auditor's message about party 0 is not of the part party 0 signed for it"):
+        game.leader.receive_reveal(Reveal(((party, *sign(game.auditor_key, game.context.digest, misfiled)),)))
     forged = Reveal(((party, data, identity.sign(game.aggregator_key, b"anything")),))
     with pytest.raises(AuthenticationError, match="not signed by the auditor"):
         game.leader.receive_reveal(forged)
@@ -150,13 +163,27 @@ def test_a_framed_site_shows_the_aggregators_message_false_with_its_own_part_alo
 ) -> None:
     game, record, dispute = framed_round(monkeypatch)
     key = game.site_keys[LIAR].public_key()
-    findings = check_round_evidence(game.context, record)
+    findings = check_round_evidence(game.context, record, keys_of(game))
     assert findings.accepted == (HONEST, OTHER) and set(findings.liars) == {LIAR}  # the evidence alone brands it
     verdict = framing(game.context, record, Dispute.from_bytes(dispute.to_bytes()), key)
     assert verdict.accepted and verdict.party == LIAR  # with the true message, its proof checks
     assert isinstance(decide_upload(dispute.to_bytes()), Dispute)
     with pytest.raises(AuthenticationError, match="not signed by it"):
         framing(game.context, record, dispute, game.site_keys[HONEST].public_key())
+
+
+def test_a_message_filed_under_a_part_the_site_never_signed_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The aggregator that frames a site names another part's digest in its message, so the site's own part would
+    not be the one the message is of and its dispute would not hold: every site refuses the record instead."""
+    game, record, _ = framed_round(monkeypatch)
+    item = record.evidence[LIAR]
+    layout = game.context.layout(LIAR)
+    message = VerifierMessage.from_bytes(layout, item.leader_message)
+    elsewhere = dataclasses.replace(message, received=bytes(32))
+    data, signature = sign(game.aggregator_key, game.context.digest, elsewhere)
+    moved = {**record.evidence, LIAR: dataclasses.replace(item, leader_message=data, leader_signature=signature)}
+    with pytest.raises(ProtocolError, match="messages about party 1 are not of two parts it signed"):
+        check_round_evidence(game.context, resigned(game, record, evidence=moved), keys_of(game))
 
 
 def test_a_liars_dispute_does_not_hold_whatever_part_it_shows() -> None:
