@@ -24,7 +24,7 @@ from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.parameters import BoundedParameters, round_parameters
 from fedfair.secagg.bounded.record import Dispute, VerdictRecord, framing
 from fedfair.secagg.bounded.total import SignedTags, TagSet, record_digest, tags_add_up
-from fedfair.secagg.bounded.upload import SealedSeed
+from fedfair.secagg.bounded.upload import SealedSeed, leader_digest
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import BoundedSum, RoundVerifier
 from fedfair.secagg.codec import Writer
@@ -134,9 +134,17 @@ class BoundedServer:
         return Opening(self.parameters.sites, ShareOpening(self._public, self._round_key))
 
     def receive_share(self, share: SiteShare) -> None:
-        """SHARE: take a site's part (refused: ProtocolError or AuthenticationError) and keep its seed to relay."""
+        """SHARE: take a site's part (refused: ProtocolError or AuthenticationError) and keep its seed to relay.
+
+        Both parts must carry the one signature, over the aggregator's part's digest and the auditor's: a site that
+        signed its parts apart could show a dispute of another part than the one it sent (:mod:`.record`).
+        """
         if share.sealed.party != share.leader.party:
             raise ProtocolError(f"party {share.leader.party} sent the auditor's part of another party")
+        if share.sealed.signature != share.leader.signature or share.sealed.leader_digest != leader_digest(
+            share.leader.share
+        ):
+            raise ProtocolError(f"party {share.leader.party} signed its two parts apart: one signature binds both")
         self._leader.receive_upload(share.leader)
         self._seeds.append(share.sealed)
 

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import AuthenticationError, ProtocolError
 from fedfair.pki import identity
-from fedfair.secagg.bounded import field
+from fedfair.secagg.bounded import field, peers
 from fedfair.secagg.bounded.exchange import Reveal
 from fedfair.secagg.bounded.record import Dispute, VerdictRecord, check_round_evidence, framing, sign_record
 from fedfair.secagg.bounded.shares import HelperShare, LeaderShare
@@ -19,7 +19,7 @@ from fedfair.secagg.bounded.total import decide_upload
 from fedfair.secagg.bounded.upload import LeaderUpload, open_seed
 from fedfair.secagg.bounded.verifier import Role, Verifier, VerifierMessage, sign
 from fedfair.secagg.bounded.verifying import Step
-from tests.secagg.bounded.roundkit import Round, new_round, over_bound, vector_at
+from tests.secagg.bounded.roundkit import DIMENSION, Round, new_round, over_bound, simulated, vector_at
 
 HONEST, LIAR, OTHER = 0, 1, 2
 
@@ -198,3 +198,20 @@ def test_a_liars_dispute_does_not_hold_whatever_part_it_shows() -> None:
     accepted = game.upload(HONEST, over_bound(game.context, HONEST, 0.5, 4))[0]
     with pytest.raises(ProtocolError, match="does not exclude it"):
         framing(game.context, record, Dispute(accepted), game.site_keys[HONEST].public_key())
+
+
+def test_a_site_that_signs_its_two_parts_apart_is_refused_at_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A site that could sign a second statement for the auditor's part could later show a dispute of another part
+    than the one it sent: the aggregator takes its parts only under one signature, naming the site."""
+    made = peers.make_uploads
+
+    def apart(context: Any, party: int, key: Any, encoded: np.ndarray, witness: Any) -> Any:
+        leader, sealed, helper = made(context, party, key, encoded, witness)
+        if party == LIAR:
+            sealed = dataclasses.replace(sealed, signature=identity.sign(key, b"another statement"))
+        return leader, sealed, helper
+
+    monkeypatch.setattr(peers, "make_uploads", apart)
+    inputs = {party: np.zeros(DIMENSION, dtype=np.int64) for party in (HONEST, LIAR, OTHER)}
+    with pytest.raises(ProtocolError, match="party 1 signed its two parts apart"):
+        simulated(inputs, dict.fromkeys(inputs, 1.0))
