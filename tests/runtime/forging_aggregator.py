@@ -132,14 +132,16 @@ def frame(role: Role) -> None:
         framed = 2
         if verifier.role is not role or verifier.context.round != first or framed not in verifier.present:
             return commitments
-        message = verifier._messages[framed]
+        messages = verifier._messages
+        assert messages is not None  # made by receive_seed
+        message = messages[framed]
         outputs = message.share.outputs.copy()
         outputs[0] = (int(outputs[0]) + 1) % field.P
         message = dataclasses.replace(message, share=dataclasses.replace(message.share, outputs=outputs))
-        verifier._messages[framed] = message  # what it signs and reveals
+        messages[framed] = message  # what it signs and reveals
         pending = verifier._verifier(framed)._pending
         pending[framed] = (pending[framed][0], message)  # what it decides with
-        return Commitments(tuple((party, verifier._messages[party].commitment()) for party, _ in commitments.entries))
+        return Commitments(tuple((party, messages[party].commitment()) for party, _ in commitments.entries))
 
     setattr(RoundVerifier, "receive_seed", moved)  # noqa: B010 -- the rewrite is the attack
 

@@ -6,7 +6,7 @@ A party makes one report (:func:`~fedfair.secagg.bounded.shares.make_report`) an
 the context's digest, AES-256-GCM: :mod:`fedfair.secagg.keys`, as the pairwise shares are sealed), so the
 aggregator that relays it cannot read it. The party signs, with its identity key, the context and the
 digests of both parts' plaintexts; each part carries the other's digest, so each verifier checks the
-signature on its own, and a disputed verdict is settled by revealing the two parts (:mod:`.record`).
+signature on its own, and a site framed by the aggregator shows it with the aggregator's part alone (:mod:`.record`).
 """
 
 from __future__ import annotations
