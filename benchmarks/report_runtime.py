@@ -441,3 +441,55 @@ def wire_width(name: str, document: Mapping[str, Any]) -> Section:
             ),
         ],
     )
+
+
+ROUND_CPU_GOAL = 1.10
+"""A secure round's CPU per party may be at most this many times the reference commit's (issue 97)."""
+
+
+def round_compare(name: str, document: Mapping[str, Any]) -> Section:
+    """Per size, this tree's secure round against the pinned reference: party CPU, peaks, then each step's CPU."""
+    results = document["results"]
+    header = ["d", "n", "secure party CPU (ms)", "reference (ms)", "ratio (each pair)", "within goal"]
+    header += ["peak MB, secure", "reference", "peak MB, plain", "reference "]
+    rows = [
+        [count(row["dimension"]), str(row["parties"])]
+        + [
+            milliseconds(row["head"]["secure_party_cpu_seconds"]),
+            milliseconds(row["reference"]["secure_party_cpu_seconds"]),
+        ]
+        + [f"{ratio(row['secure_party_cpu_ratio'])} ({', '.join(fixed(v, 2) for v in row['secure_party_cpu_ratios'])})"]
+        + ["yes" if row["secure_party_cpu_ratio"] <= ROUND_CPU_GOAL else "no"]
+        + [
+            ", ".join(f"{peak:,.0f}" for peak in row[tree][f"{setting}_peak_rss_mb_each"])
+            for setting in ("secure", "plain")
+            for tree in ("head", "reference")
+        ]
+        for row in results
+    ]
+    steps = sorted({label for row in results for label in row["steps"]})
+    step_header = ["step of a party's secure round"]
+    for row in results:
+        at = f"d = {count(row['dimension'])}, n = {row['parties']}"
+        step_header += [f"{at} (ms)", "reference (ms)"]
+    step_rows = [
+        [label]
+        + [milliseconds(row["steps"].get(label, {}).get(tree)) for row in results for tree in ("head", "reference")]
+        for label in steps
+    ]
+    notes = [
+        "",
+        f"{document['runs']} runs of each tree per size, alternating which runs first; the reference is commit "
+        f"{document['reference']}. Goal: a secure round's CPU per party at most {ROUND_CPU_GOAL:.2f}× the "
+        "reference's. The peaks are the whole process's (the aggregator and every party, as threads), each run's. "
+        "Run `make bench-round` after a change to the secure round's path (secagg, the collaborator's steps, its "
+        "model chain, the transport) and before merging it; it prints this comparison.",
+        "",
+        "Each step's CPU on its own thread, the median call (training sums only):",
+        "",
+    ]
+    return Section(
+        "A secure round against the reference commit: CPU per party, per step, and peak memory",
+        f"{document['what']}.",
+        table(header, rows) + notes + table(step_header, step_rows),
+    )
