@@ -491,5 +491,21 @@ def round_compare(name: str, document: Mapping[str, Any]) -> Section:
     return Section(
         "A secure round against the reference commit: CPU per party, per step, and peak memory",
         f"{document['what']}.",
-        table(header, rows) + notes + table(step_header, step_rows),
+        table(header, rows) + notes + table(step_header, step_rows) + ["", *map(largest_extra, results)],
+    )
+
+
+def largest_extra(row: Mapping[str, Any]) -> str:
+    """Where one size's extra CPU goes: the step whose median call grew most, against the whole party's growth."""
+    grown = {
+        label: spent["head"] - (spent["reference"] or 0.0)
+        for label, spent in row["steps"].items()
+        if spent["head"] is not None
+    }
+    label = max(grown, key=lambda step: grown[step])
+    extra = row["head"]["secure_party_cpu_seconds"] - row["reference"]["secure_party_cpu_seconds"]
+    return (
+        f"At d = {count(row['dimension'])}, n = {row['parties']} a party's secure round costs "
+        f"{milliseconds(extra)} ms more than the reference's; the step that grew most is {label}, by "
+        f"{milliseconds(grown[label])} ms a call."
     )
