@@ -451,30 +451,24 @@ def round_compare(name: str, document: Mapping[str, Any]) -> Section:
     """Per size, this tree's secure round against the pinned reference: party CPU, peaks, then each step's CPU."""
     results = document["results"]
     header = ["d", "n", "secure party CPU (ms)", "reference (ms)", "ratio (each pair)", "within goal"]
-    header += ["peak MB, secure", "reference", "peak MB, plain", "reference "]
+    header += ["peak MB, secure (reference)", "peak MB, plain (reference)"]
     rows = [
         [count(row["dimension"]), str(row["parties"])]
-        + [
-            milliseconds(row["head"]["secure_party_cpu_seconds"]),
-            milliseconds(row["reference"]["secure_party_cpu_seconds"]),
-        ]
+        + [cpu_ms(row["head"]["secure_party_cpu_seconds"]), cpu_ms(row["reference"]["secure_party_cpu_seconds"])]
         + [f"{ratio(row['secure_party_cpu_ratio'])} ({', '.join(fixed(v, 2) for v in row['secure_party_cpu_ratios'])})"]
         + ["yes" if row["secure_party_cpu_ratio"] <= ROUND_CPU_GOAL else "no"]
         + [
-            ", ".join(f"{peak:,.0f}" for peak in row[tree][f"{setting}_peak_rss_mb_each"])
+            f"{peaks(row['head'][f'{setting}_peak_rss_mb_each'])} ({peaks(row['reference'][f'{setting}_peak_rss_mb_each'])})"
             for setting in ("secure", "plain")
-            for tree in ("head", "reference")
         ]
         for row in results
     ]
     steps = sorted({label for row in results for label in row["steps"]})
     step_header = ["step of a party's secure round"]
     for row in results:
-        at = f"d = {count(row['dimension'])}, n = {row['parties']}"
-        step_header += [f"{at} (ms)", "reference (ms)"]
+        step_header += [f"d = {count(row['dimension'])}, n = {row['parties']} (ms)", "reference (ms)"]
     step_rows = [
-        [label]
-        + [milliseconds(row["steps"].get(label, {}).get(tree)) for row in results for tree in ("head", "reference")]
+        [label] + [cpu_ms(row["steps"].get(label, {}).get(tree)) for row in results for tree in ("head", "reference")]
         for label in steps
     ]
     notes = [
@@ -488,11 +482,24 @@ def round_compare(name: str, document: Mapping[str, Any]) -> Section:
         "Each step's CPU on its own thread, the median call (training sums only):",
         "",
     ]
+    culprits = [line for row in results for line in ("", largest_extra(row))]
     return Section(
         "A secure round against the reference commit: CPU per party, per step, and peak memory",
         f"{document['what']}.",
-        table(header, rows) + notes + table(step_header, step_rows) + ["", *map(largest_extra, results)],
+        table(header, rows) + notes + table(step_header, step_rows) + culprits,
     )
+
+
+def cpu_ms(seconds: float | None) -> str:
+    """CPU seconds in milliseconds: three significant digits below 100 ms, whole milliseconds from there."""
+    if seconds is None:
+        return "n/a"
+    return f"{1000 * seconds:,.0f}" if seconds >= 0.1 else f"{1000 * seconds:.3g}"
+
+
+def peaks(values: list[float]) -> str:
+    """Each run's peak in MB, as "1,520, 1,612"."""
+    return ", ".join(f"{value:,.0f}" for value in values)
 
 
 def largest_extra(row: Mapping[str, Any]) -> str:
@@ -506,6 +513,6 @@ def largest_extra(row: Mapping[str, Any]) -> str:
     extra = row["head"]["secure_party_cpu_seconds"] - row["reference"]["secure_party_cpu_seconds"]
     return (
         f"At d = {count(row['dimension'])}, n = {row['parties']} a party's secure round costs "
-        f"{milliseconds(extra)} ms more than the reference's; the step that grew most is {label}, by "
-        f"{milliseconds(grown[label])} ms a call."
+        f"{cpu_ms(extra)} ms more than the reference's; the step that grew most is {label}, by "
+        f"{cpu_ms(grown[label])} ms a call."
     )

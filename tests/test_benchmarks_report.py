@@ -309,7 +309,7 @@ def test_the_round_compare_section_gives_each_size_its_ratio_goal_and_each_step_
     document = {"what": "a secure round", "reference": "6692f28", "runs": 2, "results": [row], "provenance": STAMP}
     (tmp_path / "round_compare.json").write_text(json.dumps(document))
     page = report_module().render(tmp_path)
-    assert "| 1,000,000 | 10 | 105 | 100 | 1.05× (1.04, 1.06) | yes | 1,100, 1,150 | 1,100, 1,150 |" in page
+    assert "| 1,000,000 | 10 | 105 | 100 | 1.05× (1.04, 1.06) | yes | 1,100, 1,150 (1,100, 1,150) |" in page
     assert "| MASK | 20 | 21 |" in page and "| chain: sum verified | 10 | n/a |" in page
     assert "`make bench-round`" in page and "commit 6692f28" in page
     assert "costs 5 ms more than the reference's; the step that grew most is chain: sum verified, by 10 ms" in page
