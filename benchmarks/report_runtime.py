@@ -479,13 +479,16 @@ def round_compare(name: str, document: Mapping[str, Any]) -> Section:
         "Run `make bench-round` after a change to the secure round's path (secagg, the collaborator's steps, its "
         "model chain, the transport) and before merging it; it prints this comparison.",
         "",
-        "Each step's CPU on its own thread, the median call (training sums only):",
+        "Each step's CPU on its own thread, the median call (training sums only). A stage's step is the client's "
+        "(`Client.advertise` to `Client.verify`); `chain: model sent` is the site checking the model it is sent "
+        "against its chain, `chain: sum verified` the site taking the verified sum: decoding it, holding it to the "
+        "plan's bounds, the server step, and the anchor written and synced to disk before its verdict leaves:",
         "",
     ]
     culprits = [line for row in results for line in ("", largest_extra(row))]
     return Section(
         "A secure round against the reference commit: CPU per party, per step, and peak memory",
-        f"{document['what']}.",
+        f"{document['what'][:1].upper()}{document['what'][1:]}.",
         table(header, rows) + notes + table(step_header, step_rows) + culprits,
     )
 
