@@ -6,9 +6,8 @@ the next model against. So once it verified a training round's sum it keeps, in 
 (temporary file, fsync, rename: :func:`fedfair.core.files.atomic_write`) before its verdict leaves, the
 :class:`Anchor`: the state whose model round r was sent, and the state the plan's server step makes of round r's
 verified sum (or why it makes none). A restarted process takes the chain up from it. States are written and read
-a span at a time: a large one (:mod:`fedfair.runtime.state_files`) is never held whole. Until a state averages
-(``averaged_rounds`` 0) its theta_average is theta's copy (:func:`fedfair.core.server.server_apply`): it is written
-once, as theta, which halves what a round writes and syncs before that.
+a span at a time: a large one (:mod:`fedfair.runtime.state_files`) is never held whole; an average that is still
+theta's copy is written once, as theta (:data:`VERSIONS`).
 
 Why: docs/security.md, "Verified aggregation".
 """
@@ -34,7 +33,8 @@ CHAIN_SUFFIX = "chain.npz"
 FORMAT = "fedfair-chain"
 VERSION = 2
 VERSIONS = (1, 2)
-"""Version 2 leaves out the theta_average of a state that averages nothing yet (theta's copy); 1 always wrote it."""
+"""Version 2 leaves out the theta_average of a state that averages nothing yet (``averaged_rounds`` 0: it is theta's
+copy, :func:`fedfair.core.server.server_apply`), which halves what a round writes and syncs; 1 always wrote it."""
 
 _SCALARS = ("round", "c", "c_average", "averaged_rounds")
 """A state's scalars (:class:`~fedfair.runtime.state_files.HeldState`), kept as one-value arrays."""
