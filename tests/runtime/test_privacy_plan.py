@@ -84,6 +84,9 @@ def test_the_honest_survivors_carry_the_whole_noise() -> None:
             r"report_epsilon .* go to the aggregator exact; set report_epsilon \(e.g. 1.0\)",
         ),
         ({"mode": "local"}, True, r'mode = "local" protects training, but without report_epsilon'),
+        # Red team: without secure aggregation the fix named was report_epsilon, which the next load refused
+        # ("remove report_epsilon"): both steps are named now.
+        ({"mode": "local"}, False, r"turn \[secure_aggregation\] on and set report_epsilon \(e.g. 1.0\)"),
     ],
 )
 def test_a_privacy_section_that_cannot_hold_is_refused(section: dict[str, float], secure: bool, message: str) -> None:

@@ -118,10 +118,17 @@ def read_plan_privacy(source: str, data: Mapping[str, object], secure: bool, loc
     if mode != "off" and settings.report_epsilon is None:
         # Noised training next to exact answers: the evaluation answers and the table statistics would decode to
         # the very sums (held-out losses, label counts) the training noise keeps from the aggregator.
+        # Without secure aggregation report_epsilon is refused too (above): name both steps, or the two
+        # messages send the operator back and forth.
+        noise_them = (
+            "set report_epsilon (e.g. 1.0) to noise them too"
+            if secure
+            else "turn [secure_aggregation] on and set report_epsilon (e.g. 1.0) to noise them too, inside the "
+            "secure sum"
+        )
         t.fail(
             f'[privacy] mode = "{mode}" protects training, but without report_epsilon the evaluation answers and '
-            "the table statistics go to the aggregator exact; set report_epsilon (e.g. 1.0) to noise them too, "
-            'or mode = "off" if no noise is wanted'
+            f'the table statistics go to the aggregator exact; {noise_them}, or mode = "off" if no noise is wanted'
         )
     if settings.interim_report_epsilon is not None and settings.report_epsilon is None:
         t.fail(
