@@ -6,8 +6,8 @@ alike), other text stripped, and the rows sorted. A file moved, copied, converte
 re-sorted is the same table; a row added, removed or corrected, or a column renamed, is another table, with a
 ledger of its own that continues the spend of the ledgers it shares rows with (:mod:`fedfair.privacy.ledger_people`,
 matched on :func:`table_rows`). A row is matched in two spellings: as the fingerprint reads it, and as the sorted
-cells alone, case folded, so that a column renamed (which moves it in name order) or a category's case changed at
-export still finds the same people. [data] recode does not count: it renames values, not people.
+cells alone, case folded, a date's midnight dropped, so that a column renamed (which moves it in name order), a
+category's case changed at export or a date column parsed as dates into Parquet still finds the same people. [data] recode does not count: it renames values, not people.
 
 Why: docs/security.md, "The privacy ledger".
 """
@@ -69,7 +69,7 @@ def _fingerprint(table: pd.DataFrame) -> tuple[str, list[tuple[str, str]]]:
     order = sorted(range(len(names)), key=lambda index: names[index])
     cells = [_canonical(table.iloc[:, index]) for index in order]
     rows = sorted(
-        ("\x1f".join(row), "\x1f".join(sorted(cell.casefold() for cell in row))) for row in zip(*cells, strict=True)
+        ("\x1f".join(row), "\x1f".join(sorted(_person(cell) for cell in row))) for row in zip(*cells, strict=True)
     )
     digest = hashlib.sha256("\x1e".join(names[index] for index in order).encode())
     for row, _ in rows:
@@ -82,6 +82,15 @@ def _canonical(column: pd.Series) -> list[str]:
     codes, values = pd.factorize(column, use_na_sentinel=True)
     canonical = np.array([*(_cell(value) for value in values.tolist()), ""], dtype=object)  # code -1: missing
     return list(canonical[codes])
+
+
+def _person(cell: str) -> str:
+    """A canonical cell as the people's spelling matches it: case folded, a date's midnight dropped.
+
+    A date column reads as text from a CSV ("2020-01-03") and as timestamps from a Parquet file written with dates
+    ("2020-01-03 00:00:00"): the same people, whose spend must continue across the conversion.
+    """
+    return cell.removesuffix(" 00:00:00").casefold()
 
 
 def _cell(value: object) -> str:

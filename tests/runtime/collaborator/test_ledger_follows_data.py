@@ -241,6 +241,24 @@ def test_a_re_export_with_a_column_renamed_or_a_categorys_case_changed_continues
         assert f"epsilon {ONE:.4g} spent" in _shown(config, capsys), name
 
 
+def test_a_table_with_dates_converted_to_parquet_continues_the_spend(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Red team of issue 93: a table with a date column, charged as CSV, then written to Parquet with its dates
+    parsed (as pandas and Arrow write them), read every date as "2020-01-03 00:00:00": no row matched, and the
+    fresh folder showed epsilon 0 although docs/security.md says a CSV/Parquet conversion is the same data."""
+    table = _table().assign(admitted=[f"20{10 + i % 10}-0{1 + i % 9}-1{i % 10}" for i in range(300)])
+    charged = _export(tmp_path / "csv", "site-a", table)
+    _charge(charged, 1)
+    converted = _export(tmp_path / "parquet", "site-a", table)
+    (converted.parent / "table.csv").unlink()
+    table.assign(admitted=pd.to_datetime(table["admitted"])).to_parquet(converted.parent / "table.parquet")
+    text = converted.read_text()
+    converted.write_text(text.replace('"table.csv"', '"table.parquet"'))
+    assert "table.parquet" in converted.read_text()
+    assert f"epsilon {ONE:.4g} spent" in _shown(converted, capsys)
+
+
 def test_each_row_is_charged_the_composition_over_the_ledgers_it_belongs_to(
     site: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
