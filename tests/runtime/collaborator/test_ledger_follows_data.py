@@ -241,6 +241,29 @@ def test_a_re_export_with_a_column_renamed_or_a_categorys_case_changed_continues
         assert f"epsilon {ONE:.4g} spent" in _shown(config, capsys), name
 
 
+def test_a_rows_file_of_one_spelling_still_matches_and_gains_the_second_when_its_table_is_opened(
+    site: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rows file kept before rows had two spellings holds the first alone: a re-export with a patient added still
+    continues through it, and once its own table is opened again it holds both, so a renamed column continues too."""
+    from fedfair.privacy.ledger_people import KEY_FILE, read_rows, row_digests, rows_path, write_rows
+    from fedfair.runtime.collaborator.table_fingerprint import table_rows
+
+    ledger = _charge_and_open(site)
+    key = (ledger.path.parent / KEY_FILE).read_bytes()
+    kept = rows_path(ledger.path)
+    first = [row[:1] for row in table_rows(site.parent / "table.csv")]
+    write_rows(kept, row_digests(first, key), key)
+    assert read_rows(kept, key).size == 300
+    table = _table()
+    added = _export(tmp_path / "added", "site-a", pd.concat([table, adult_raw_table().iloc[[5000]]]))
+    assert f"epsilon {ONE:.4g} spent" in _shown(added, capsys)
+    assert f"epsilon {ONE:.4g} spent" in _shown(site, capsys)  # its own table opened: both spellings kept now
+    assert read_rows(kept, key).size == 600
+    renamed = _export(tmp_path / "renamed", "site-a", table.rename(columns={"sex": "gender"}))
+    assert f"epsilon {ONE:.4g} spent" in _shown(renamed, capsys)
+
+
 def test_a_table_with_dates_converted_to_parquet_continues_the_spend(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
