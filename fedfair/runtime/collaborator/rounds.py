@@ -199,9 +199,7 @@ class RoundJob:
                     self.config.name,
                     binding.round,
                 )
-                return resent(
-                    binding.round, training_stages(self.shared.secure_aggregation.bounds_inputs), view, answer
-                )
+                return resent(binding.round, training_stages(self.shared.secure_aggregation), view, answer)
             trained = train_on(stub, binding, model, *download.pop())
             self.record.note_threshold(binding.round, c)
             return stored(self.contribution(trained), view)
@@ -298,7 +296,7 @@ class RoundJob:
     def contribution(self, trained: TrainedUpdate) -> Work:
         """The round's work for a training outcome, bounded as the plan's encoding bounds it."""
         round_number, weight = trained.round, trained.weight
-        training = training_stages(self.shared.secure_aggregation.bounds_inputs)
+        training = training_stages(self.shared.secure_aggregation)
         if trained.vector is None:
             return Work(round_number, training, None, 0.0)
         settings = self.shared.secure_aggregation
