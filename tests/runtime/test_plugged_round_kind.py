@@ -19,7 +19,8 @@ import pytest
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.steps import KIND_STEPS, register_kind_steps
 from fedfair.runtime.contract import Aggregations, EVALUATION, training_stages
-from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
+from fedfair.core.errors import ConfigError
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, shared_content
 from fedfair.runtime.plan.learning_settings import SecureAggregationSettings
 from fedfair.runtime.transport import TRAIN, WireStage
 from fedfair.secagg.round import (
@@ -30,6 +31,7 @@ from fedfair.secagg.round import (
 )
 from tests.runtime.harness import adult_split, new_workspace, replay, thread_federation
 from tests.secagg.echo_round import ECHO, ECHO_ROUND, ECHOED, ECHOED_LOCK
+from tests.runtime.test_plan import aggregator_plan
 from tests.runtime.test_processes import final_model, trajectory_bounds
 
 NAMES = ("site-a", "site-b", "site-c")
@@ -98,3 +100,21 @@ def test_a_stage_added_before_verify_runs_through_a_real_federation(
     theta_bound, c_bound = trajectory_bounds(log, plan)
     assert (final["theta"] - expected.theta).abs().max().item() <= theta_bound
     assert abs(final["c"] - expected.c) <= c_bound
+
+
+def test_a_plan_names_only_a_registered_kind_where_nothing_else_names_one(echo_registered: SecureRound) -> None:
+    """A kind unknown to this process, a bounded plan, or a plain one is refused naming the fix; unset is the digest's."""
+    assert aggregator_plan(secure_aggregation={"round_kind": KIND}).secure_aggregation.training_kind == KIND
+    with pytest.raises(ConfigError, match=r"no round kind named 'nobody' is registered \(registered: .*secagg-v3"):
+        aggregator_plan(secure_aggregation={"round_kind": "nobody"})
+    with pytest.raises(ConfigError, match="round_kind names a secure round, but enabled = false"):
+        aggregator_plan(secure_aggregation={"enabled": False, "round_kind": KIND})
+    with pytest.raises(ConfigError, match="each name the training round's kind; keep one"):
+        aggregator_plan(secure_aggregation={"round_kind": KIND, "input_bound": "two_verifiers", "auditor": "audit-co"})
+    unset = aggregator_plan()
+    assert unset.secure_aggregation.training_kind == SECURE_ROUND.name
+    assert "round_kind" not in shared_content(unset)["secure_aggregation"]  # older plans' digests are unchanged
+    assert (
+        shared_content(aggregator_plan(secure_aggregation={"round_kind": KIND}))["secure_aggregation"]["round_kind"]
+        == KIND
+    )
