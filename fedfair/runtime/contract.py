@@ -1,10 +1,11 @@
 """The wire contract: what the aggregator and every collaborator agree on about one aggregation.
 
-The stages of a training round and of an evaluation, the secure-aggregation session
+The stages of a training round and of an evaluation (each bound on the wire by its
+aggregation and its step in its round kind's declaration), the secure-aggregation session
 number each uses, and the public round parameters the aggregator announces and each
 collaborator checks against its own copy of the plan, and the layout of a training
-round's download and sum under drift correction. Both sides import this module;
-neither imports the other's.
+round's download under drift correction. Both sides import this module; neither imports
+the other's.
 """
 
 from __future__ import annotations
@@ -188,15 +189,6 @@ nothing and stops, :class:`~fedfair.core.errors.VerificationError`)."""
 STREAM_ACCEPTED = ("fedfair-stream", "accepted")
 """The initial metadata the aggregator sends on a task stream it took (this name's only live one), before
 any task: the collaborator says it joined only on it, so a refused second process of a name never does."""
-
-
-def update_dimension(parameters: int, corrects_drift: bool) -> int:
-    """The length of a training round's summed vector for a model of `parameters` numbers.
-
-    D + 1 ([w * delta, w * delta_c]), or 2 (d + 1) with drift correction, whose control variates w * sigma_k+
-    ride in the same vector (`fedfair.core.local.Update.weighted_vector`).
-    """
-    return 2 * (parameters + 1) if corrects_drift else parameters + 1
 
 
 def training_download_size(parameters: int, corrects_drift: bool) -> int:

@@ -8,6 +8,8 @@ order (:class:`PartyOrder`, :class:`ServerOrder`): the state machines (:class:`~
 party, server, input and upload) names its wire and report words, its parsers, the party's step, the server's
 receive and close, and its size limits. Another kind of secure sum (the bounded one) is another
 :class:`SecureRound`, registered by name (:func:`register_round_kind`), whose server keeps :class:`SecureSum`.
+One idea: what a stage is, the guards of its order, the registry of kinds and the masked round's declaration all
+change together when a stage or a kind is added.
 """
 
 from __future__ import annotations

@@ -44,11 +44,11 @@ from fedfair.runtime.aggregator.round_identities import aggregator_identities
 from fedfair.runtime.aggregator.quorum import participants
 from fedfair.runtime.aggregator.state import output_values, parameters, placed, step, training_values
 from fedfair.runtime.aggregator.statistics import statistics_checkpoint
+from fedfair.core.update import update_dimension
 from fedfair.runtime.contract import (
     EVALUATION,
     training_stages,
     model_digest,
-    update_dimension,
 )
 from fedfair.runtime.evaluation_figures import Earlier
 from fedfair.runtime.faults import maybe_die

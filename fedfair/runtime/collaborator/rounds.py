@@ -45,6 +45,7 @@ from fedfair.runtime.collaborator.steps import Participant, StartJob, Work
 from fedfair.runtime.collaborator.updates import TrainedUpdate, clip_plain_update, control_pieces_beyond_clip
 from fedfair.runtime.collaborator.uplink import StatusReports, Uplink
 from fedfair.runtime.composition_counts import CompositionColumn
+from fedfair.core.update import update_dimension
 from fedfair.runtime.contract import (
     EVALUATION,
     Stages,
@@ -52,7 +53,6 @@ from fedfair.runtime.contract import (
     split_training_download,
     training_download_size,
     training_stages,
-    update_dimension,
 )
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.transport import pb, pb_grpc

@@ -41,12 +41,12 @@ from fedfair.runtime.collaborator.chain import InitialModel, ModelChain
 from fedfair.runtime.collaborator.figures import EvaluationFigures
 from fedfair.runtime.collaborator.input_record import SignedView
 from fedfair.runtime.collaborator.outcome import OutcomeRecord
+from fedfair.core.update import update_dimension
 from fedfair.runtime.contract import (
     ACCEPTED,
     EVALUATION,
     RoundParameters,
     Stages,
-    update_dimension,
 )
 from fedfair.runtime.manifest import Manifest
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
