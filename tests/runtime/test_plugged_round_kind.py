@@ -6,7 +6,8 @@ SHA-256 of its session, its party id and the nonce, which the aggregator checks.
 registered by name (``register_round_kind``), its collaborator steps the masked round's (``register_kind_steps``),
 and named by the plan (``[secure_aggregation] round_kind``). No file under fedfair/ names it and no schema edit
 numbers it: on the wire it is (TRAIN, step 6), its place in the declaration, and real gRPC over loopback mutual
-TLS carries it between an aggregator and three sites in threads.
+TLS carries it between an aggregator and three sites in threads. The toy kind of tests/secagg/test_round_kinds.py
+plugs in the same way, and every runtime lookup of its stages reads its declaration.
 """
 
 from __future__ import annotations
@@ -18,19 +19,24 @@ import pytest
 
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.steps import KIND_STEPS, register_kind_steps
-from fedfair.runtime.contract import Aggregations, EVALUATION, training_stages
+from fedfair.runtime.aggregator.progress_line import stage_noun
+from fedfair.runtime.collaborator.uplink import input_limit
+from fedfair.runtime.contract import Aggregations, EVALUATION, aggregations, training_stages
 from fedfair.core.errors import ConfigError
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, shared_content
 from fedfair.runtime.plan.learning_settings import SecureAggregationSettings
-from fedfair.runtime.transport import TRAIN, WireStage
+from fedfair.runtime.report.data import stage_label
+from fedfair.runtime.transport import EVALUATE, TRAIN, WireStage, make_binding, pb
 from fedfair.secagg.round import (
     ROUND_KINDS,
     SECURE_ROUND,
     SecureRound,
     register_round_kind,
+    roster_input,
 )
 from tests.runtime.harness import adult_split, new_workspace, replay, thread_federation
 from tests.secagg.echo_round import ECHO, ECHO_ROUND, ECHOED, ECHOED_LOCK
+from tests.secagg.test_round_kinds import toy_kind
 from tests.runtime.test_plan import aggregator_plan
 from tests.runtime.test_processes import final_model, trajectory_bounds
 
@@ -118,3 +124,28 @@ def test_a_plan_names_only_a_registered_kind_where_nothing_else_names_one(echo_r
         shared_content(aggregator_plan(secure_aggregation={"round_kind": KIND}))["secure_aggregation"]["round_kind"]
         == KIND
     )
+
+
+def test_a_registered_toy_kind_is_named_bound_and_capped_by_its_declaration_alone() -> None:
+    """The toy kind of tests/secagg/test_round_kinds.py, registered the same way and named by a plan: every runtime
+    lookup of a stage (its wire binding, its name, its input cap, its progress noun, its report words) reads it."""
+    toy = register_round_kind(toy_kind("toy-wire"))
+    try:
+        secure = aggregator_plan(secure_aggregation={"round_kind": "toy-wire"}).secure_aggregation
+        federation = aggregations(secure)
+        hello, send = WireStage(TRAIN.aggregation, 1), WireStage(TRAIN.aggregation, 2)
+        assert federation.training.uploads == (hello, send) and federation.spec(send) is toy.sum_stages[1]
+        assert federation.training.masked == federation.training.committed == send
+        assert [federation.name(stage) for stage in (TRAIN, hello, send)] == [
+            "STAGE_TRAIN",
+            "STAGE_TOY_WIRE_HELLO",
+            "STAGE_TOY_WIRE_SEND",
+        ]
+        assert federation.name(WireStage(EVALUATE.aggregation, 1)) == "STAGE_EVAL_ADVERTISE_KEYS"  # evaluations: masked
+        task = pb.Task(binding=make_binding("f", 1, send), action=pb.ACTION_RUN)
+        assert input_limit(task, federation, 3, 1000, 0) == roster_input(3, 0)
+        assert stage_noun(True, federation.training, send) == "plain inputs"
+        assert stage_noun(False, federation.training, send) == "updates"
+        assert stage_label("STAGE_TOY_WIRE_HELLO") == "saying hello"
+    finally:
+        ROUND_KINDS.pop("toy-wire", None)
