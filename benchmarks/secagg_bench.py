@@ -67,7 +67,7 @@ from fedfair.secagg.encode import EncodingConfig, largest_safe_fractional_bits
 from fedfair.secagg.rounder import ROUNDING_BYTES_PER_COORDINATE
 from fedfair.secagg.messages import MaskedInput, Message
 from fedfair.secagg.wire import SUM_STAGES, Stage
-from fedfair.secagg.simulate import simulate_round
+from fedfair.secagg.simulate import DropOut, simulate_round
 
 FULL_PARTIES = (3, 10, 50, 100)
 FULL_DIMENSIONS = (10**4, 10**6, 10**7)
@@ -192,7 +192,7 @@ def run_cell(parties: int, dimension: int, dropout: float, modulus_bits: int) ->
     while len(mask_samples) < SAMPLES:
         sampled_before = len(keystream_before)
         start, callbacks_before = time.perf_counter(), sum(callback_seconds)
-        trace = simulate_round(config, encoded_input, {Stage.MASK: dropped}, observe)
+        trace = simulate_round(config, encoded_input, DropOut({Stage.MASK: dropped}), observe)
         round_seconds.append(time.perf_counter() - start - (sum(callback_seconds) - callbacks_before))
         traces.append(trace)
         # At least t parties mask in every round, so each round adds samples.

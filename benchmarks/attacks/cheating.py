@@ -11,7 +11,10 @@ the *honest collaborators* refuse.
   Believing it, the viewer would reveal its share of the subject's mask key while the
   others reveal their shares of the subject's self-mask seed: both secrets of one
   party, its input in the clear. Every unmasking upload the aggregator receives is
-  recorded (before its own checks), so the row sees exactly what leaked.
+  recorded (before its own checks), so the row sees exactly what leaked. The lie buys the
+  aggregator nothing else: on the complete graph the other survivors re-sum the claim from
+  the inputs their own views fix, so the viewer's missing tag does not void the round, and
+  its sum, applied, is exactly the honest updates (docs/security.md, "Verified aggregation").
 - Sybil roster: the operator holds the CA. It runs a round whose roster is one
   institution plus parties of its own (names outside the institutions' manifest), and
   a round with twins: certificates it minted for the other institutions' names with
@@ -211,9 +214,12 @@ def equivocation_row(root: Path, book: RowBook) -> None:
     with book.row(
         "equivocation: one collaborator is told another dropped out (survivor set and unmask request)",
         "the viewer finds no t consistency signatures on the view it was shown and reveals no share in that "
-        "round; no party's seed and mask key both reach the aggregator; that round is void, the model unchanged "
-        "(the viewer cannot tag a sum over the survivors it was lied about, so no site could verify it; the "
-        "sites then stay bound to the views they signed, so later rounds on that model abort too)",
+        "round; no party's seed and mask key both reach the aggregator; that round's sum is still the true one "
+        "(the other survivors each re-sum the claim from the inputs their own views fix, so the viewer's missing "
+        "tag does not void it on the complete graph): applied, exactly the honest updates, as is every later "
+        "round; no site refuses an honest round: the viewer, which verified no sum of the lied round, trains on "
+        "no model it cannot check (until a site can catch up on a round it missed, issue 98, it sits the later "
+        "rounds out: model-unchecked)",
         PATCHED_AGGREGATOR,
     ) as row:
         workspace = make_workspace(
@@ -232,16 +238,25 @@ def equivocation_row(root: Path, book: RowBook) -> None:
         check = check_rounds(plan, workspace, _honest_sum(plan, FOUR))
         viewer_shares = [f"{kind} of {owner}" for stage, peer, owner, kind in lie.revealed if peer == VIEWER]
         both = lie.both_secrets()
-        after = log.get(ROUNDS, {})
-        recovered = after.get("status") == "applied" and ROUNDS in check.verified
-        # Verified aggregation (issue 65): a round no site can verify is never applied.
-        void = log.get(LIE_ROUND, {}).get("status") == "aborted"
+        exact = [number for number in range(LIE_ROUND, ROUNDS + 1) if number in check.verified]
+        viewer = group.errors.get(VIEWER)
+        others = {name: error for name, error in group.errors.items() if name != VIEWER}
+        # The viewer may sit out what it cannot check; refusing an honest model (aggregate-refused) would be wrong.
+        viewer_safe = viewer is None or "model-unchecked" in viewer
+        statuses = {number: log.get(number, {}).get("status") for number in range(LIE_ROUND, ROUNDS + 1)}
         row.record(
             f"lies told: {lie.lies_told or 'none (the stages never opened)'}; the viewer revealed "
-            f"{viewer_shares or 'no share'}; both secrets of {both or 'nobody'} reached the aggregator; round {LIE_ROUND}: "
-            f"{log.get(LIE_ROUND, {}).get('status')}; round {ROUNDS}: {after.get('status')}"
-            f"{' (exact)' if recovered else ''}",
-            bool(lie.lies_told) and not viewer_shares and not both and void,
+            f"{viewer_shares or 'no share'}; both secrets of {both or 'nobody'} reached the aggregator; rounds "
+            f"{statuses}, exactly the honest updates: {exact}; the viewer: {viewer or 'no error'}; the other sites' "
+            f"errors: {others or 'none'}",
+            bool(lie.lies_told)
+            and not viewer_shares
+            and not both
+            and exact == list(range(LIE_ROUND, ROUNDS + 1))
+            and not check.invalid
+            and viewer_safe
+            and not others
+            and aggregator.error is None,
             revealed=[list(item) for item in lie.revealed],
             errors={**group.errors, **({"aggregator": aggregator.error} if aggregator.error else {})},
         )

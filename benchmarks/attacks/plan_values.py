@@ -43,7 +43,7 @@ from fedfair.runtime.plan.aggregator_plan import (
     shared_settings,
 )
 from fedfair.runtime.plan.privacy import answer_release, party_mu
-from fedfair.secagg import SecAggConfig, Stage, simulate_round
+from fedfair.secagg import DropOut, SecAggConfig, Stage, simulate_round
 from fedfair.secagg.training_noise import noised_encoding
 
 SITES = tuple(f"site-{index:02d}" for index in range(10))
@@ -149,7 +149,9 @@ def decoded_variance_ratio(share: float | None, rounds: int = ROUNDS) -> tuple[f
         )
         zeros = np.zeros(DIMENSION)
         # The third party shares its keys, then drops before masking: the sum holds two inputs.
-        result = simulate_round(config, lambda party: config.encoder.encode(zeros, 1.0), {Stage.MASK: [3]}).result
+        result = simulate_round(
+            config, lambda party: config.encoder.encode(zeros, 1.0), DropOut({Stage.MASK: [3]})
+        ).result
         contributors = len(result.contributors)
         noise_values = result.decoded.weighted_sum  # every input is zero: what is decoded is the noise
         squares += float(np.sum(noise_values**2))

@@ -29,15 +29,17 @@ from fedfair.secagg.encode import (
 )
 from fedfair.secagg.wire import Stage
 from fedfair.secagg.server import AggregateResult, Server
-from fedfair.secagg.simulate import RoundTrace, simulate_round
+from fedfair.secagg.simulate import DropOut, Faults, RoundTrace, simulate_round
 
 __all__ = [
     "AggregateResult",
     "AuthenticationError",
     "Client",
     "Decoded",
+    "DropOut",
     "Encoder",
     "EncodingConfig",
+    "Faults",
     "PrivacyWarning",
     "ProtocolError",
     "RoundTrace",

@@ -25,7 +25,7 @@ from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig, largest_safe_fractional_bits
 from fedfair.secagg.messages import MaskedInput, Message
 from fedfair.secagg.wire import SUM_STAGES, Stage
-from fedfair.secagg.simulate import simulate_round
+from fedfair.secagg.simulate import DropOut, simulate_round
 
 _PREVIEW_WORDS = 6
 
@@ -156,7 +156,7 @@ def run_demo(
         if isinstance(message, MaskedInput) and not seen:
             seen[message.sender] = np.array(message.vector)
 
-    trace = simulate_round(config, encoded_input, {Stage.MASK: before, Stage.UNMASK: after}, observe)
+    trace = simulate_round(config, encoded_input, DropOut({Stage.MASK: before, Stage.UNMASK: after}), observe)
     result = trace.result
     included = np.array(result.contributors) - 1
     plain_mean = (weights[included] @ deltas[included]) / weights[included].sum()

@@ -288,6 +288,10 @@ class SecureRound:
         """The stages a round runs, in order: the sum's, and with `verified` the verifying ones."""
         return self.sum_stages + self.verify_stages if verified else self.sum_stages
 
+    def taken_by(self, uploader: Uploaders, verified: bool = True) -> tuple[AnyStage, ...]:
+        """The stages `uploader` takes, in order (:class:`PartyOrder` over them guards a party's or the auditor's)."""
+        return tuple(spec for spec in self.stages(verified) if uploader in spec.uploaders)
+
     def spec(self, stage: enum.IntEnum) -> AnyStage:
         """The first of this round's stages bound to `stage`."""
         return next(spec for spec in self.stages(True) if spec.stage is stage)
@@ -554,9 +558,13 @@ def _tags_withheld(server: Server) -> str | None:
     Relayed, either would make every survivor refuse the sum and stop; aborted instead, the model stays as it
     was and the federation goes on. Where every survivor's own re-sum decides (:func:`resum_decides`: the complete
     graph), the tags that arrived are relayed without the missing ones: the leavers' inputs are in the sum every
-    survivor re-sums, from the claim or, above RESUMMED_WORDS, from the tag set (:meth:`Server.tag_set`).
+    survivor re-sums, from the claim or, above RESUMMED_WORDS, from the tag set (:meth:`Server.tag_set`). With no tag
+    at all there is no survivor left to re-sum it (an honest one that found the claim forged tags nothing): nobody
+    verified it, so it is never applied.
     """
     untagged = [server.config.name_of(party) for party in server.untagged]
+    if len(untagged) == len(server.survivors):
+        return f"no survivor tagged the claimed sum ({', '.join(untagged)} sent none): nobody verified it"
     if untagged and resum_decides(server.config):
         return None
     if untagged:

@@ -17,6 +17,7 @@ from fedfair.runtime.auditor.rounds import AuditorRounds
 from fedfair.runtime.contract import BOUNDED_TRAINING
 from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.runtime.transport import make_binding, pb
+from fedfair.secagg.bounded.exchange import Reveal
 from fedfair.secagg.bounded.messages import SignedRoundKey
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND, BoundedStage
 from tests.runtime.test_auditor_process import auditor_config
@@ -44,6 +45,11 @@ def test_its_round_key_is_signed_for_the_round_the_parameters_describe(bounded: 
     assert len(upload.checked(own, rounds.current.auditor.parameters.binding)) == 32
     # Its later stages' inputs are admitted up to the round's largest message, its first up to the parameters'.
     assert rounds.input_limit(at(BoundedStage.ROSTERS)) >= len(parameters.to_bytes())
+    # Its runner keeps the round's order: a stage's input before the stages it follows is refused, naming both.
+    with pytest.raises(
+        ProtocolError, match=r"stage TOTAL \(BOUNDED_TOTAL\) is out of order: .* waiting for stage ROSTERS"
+    ):
+        rounds.step(at(BoundedStage.TOTAL), Reveal(()).to_bytes())
     rounds.leave(1)
     with pytest.raises(ProtocolError, match="round 1's auditor never made its round key"):
         rounds.step(at(BoundedStage.ROSTERS), b"")

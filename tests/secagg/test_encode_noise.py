@@ -12,7 +12,7 @@ from scipy import stats
 
 from fedfair.core.errors import ConfigError
 from fedfair.privacy import distributed, ring, rounding
-from fedfair.secagg import SecAggConfig, noise, rotation, simulate_round
+from fedfair.secagg import DropOut, SecAggConfig, noise, rotation, simulate_round
 from fedfair.secagg.encode import Encoder, EncodingConfig
 from fedfair.secagg.training_noise import noised_encoding
 from fedfair.secagg.noise import NoiseConfig, NoisyEncoding
@@ -149,7 +149,7 @@ def test_a_training_round_in_16_bit_words_decodes_the_noised_sum_within_its_boun
     radius = rounding.batch_radius(weight) * 0.05
     vectors = [v * (radius / np.linalg.norm(v)) for v in rng.normal(size=(parties, dimension))]
     trace = simulate_round(
-        config, lambda party: config.encoder.encode(vectors[party - 1], weight), {Stage.MASK: [parties]}
+        config, lambda party: config.encoder.encode(vectors[party - 1], weight), DropOut({Stage.MASK: [parties]})
     )
     decoded = trace.result.decoded
     assert decoded.total_weight == pytest.approx(weight * (parties - 1), abs=parties * 2.0**-fitted.fractional_bits)

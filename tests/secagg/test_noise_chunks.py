@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedfair.secagg import SecAggConfig, prg, simulate_round
+from fedfair.secagg import DropOut, SecAggConfig, prg, simulate_round
 from fedfair.secagg.encode import Encoder, EncodingConfig
 from fedfair.secagg.noise import PoissonSampler, NoiseConfig, NoisyEncoding
 from fedfair.secagg.rotation import rotation_key
@@ -81,7 +81,7 @@ def test_a_secure_sum_of_chunked_encodings_is_the_one_piece_sum_bit_for_bit(
     trace = simulate_round(
         secagg,
         lambda party: chunked(config, parties, vectors[party], 3.0, keys[party], chunk),
-        drop={stage: dropped},
+        DropOut({stage: dropped}),
     )
     summed = set(trace.result.contributors)
     assert summed == set(vectors) - (dropped if stage is Stage.MASK else set())

@@ -14,7 +14,7 @@ from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.messages import MaskedInput, Message, ShareKeys
 from fedfair.secagg.wire import SUM_STAGES, Stage
 from fedfair.secagg.server import AggregateResult
-from fedfair.secagg.simulate import simulate_round
+from fedfair.secagg.simulate import DropOut, simulate_round
 from tests.secagg.helpers import (
     Harness,
     check_result,
@@ -33,7 +33,7 @@ def run(
     inputs = make_inputs(config, seed)
     encoded = encode_all(config, inputs)
     # Masking happens in place, so every party gets a copy and the originals stay plain.
-    trace = simulate_round(config, lambda party: encoded[party].copy(), drop, observe)  # type: ignore[arg-type]
+    trace = simulate_round(config, lambda party: encoded[party].copy(), DropOut(drop or {}), observe)  # type: ignore[arg-type]
     return trace.result, inputs, encoded
 
 

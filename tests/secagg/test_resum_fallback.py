@@ -20,7 +20,7 @@ from fedfair.core.errors import VerificationError, VerifyReason
 from fedfair.secagg import config as config_module
 from fedfair.secagg.resum import resum_decides
 from fedfair.secagg.round import SECURE_ROUND, small_upload
-from fedfair.secagg.simulate import simulate_round
+from fedfair.secagg.simulate import DropOut, simulate_round
 from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.wire import Stage
 from tests.secagg.helpers import Harness, check_result, encode_all, make_config, make_inputs
@@ -65,7 +65,7 @@ def test_survivors_silent_after_masking_leave_a_sum_every_other_survivor_accepts
     assert not config.resummed and resum_decides(config)
     inputs = make_inputs(config)
     encoded = encode_all(config, inputs)
-    trace = simulate_round(config, lambda party: encoded[party].copy(), {stage: leavers}, verified=True)
+    trace = simulate_round(config, lambda party: encoded[party].copy(), DropOut({stage: leavers}), verified=True)
     everyone = tuple(range(1, config.size + 1))
     assert trace.result.contributors == everyone
     check_result(trace.result, config, inputs, encoded, set(everyone))

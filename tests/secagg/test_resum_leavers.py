@@ -17,7 +17,7 @@ import pytest
 from fedfair.core.errors import VerificationError, VerifyReason
 from fedfair.secagg.resum import resum_decides
 from fedfair.secagg.round import SECURE_ROUND
-from fedfair.secagg.simulate import simulate_round
+from fedfair.secagg.simulate import DropOut, simulate_round
 from fedfair.secagg.verify_messages import AggregateClaim, TagSet
 from fedfair.secagg.wire import Stage
 from tests.secagg.helpers import Harness, check_result, encode_all, make_config, make_inputs
@@ -33,7 +33,7 @@ def test_survivors_silent_after_masking_leave_a_sum_every_other_survivor_verifie
     assert resum_decides(config)
     inputs = make_inputs(config)
     encoded = encode_all(config, inputs)
-    trace = simulate_round(config, lambda party: encoded[party].copy(), {stage: leavers}, verified=True)
+    trace = simulate_round(config, lambda party: encoded[party].copy(), DropOut({stage: leavers}), verified=True)
     everyone = tuple(range(1, config.size + 1))
     assert trace.result.contributors == everyone  # the leavers masked: their inputs are in the sum
     check_result(trace.result, config, inputs, encoded, set(everyone))
@@ -96,6 +96,10 @@ def test_the_aggregator_relays_the_tags_it_has_where_the_re_sum_decides_and_with
     withheld = SECURE_ROUND.verify_stages[0].withheld
     assert withheld is not None
     harness, claim = verified_round(4)
+    # No tag at all: no survivor re-summed the claim and found it true (one that found it forged tags nothing).
+    assert withheld(harness.server) == (
+        "no survivor tagged the claimed sum (site-1, site-2, site-3, site-4 sent none): nobody verified it"
+    )
     for party in (1, 2, 3):
         harness.server.receive_tag(harness.clients[party].tag(claim))
     assert harness.server.untagged == (4,) and withheld(harness.server) is None
@@ -108,7 +112,7 @@ def test_on_a_secagg_plus_graph_a_missing_tag_still_voids_the_sum() -> None:
     assert config.resummed and not resum_decides(config)
     encoded = encode_all(config, make_inputs(config))
     with pytest.raises(VerificationError, match="no tag from site-6") as caught:
-        simulate_round(config, lambda party: encoded[party].copy(), {Stage.VERIFY: [6]}, verified=True)
+        simulate_round(config, lambda party: encoded[party].copy(), DropOut({Stage.VERIFY: [6]}), verified=True)
     assert caught.value.reason is VerifyReason.MISSING_TAG
     harness, claim = verified_round(6, neighbours=3)
     withheld = SECURE_ROUND.verify_stages[0].withheld

@@ -29,8 +29,14 @@ from fedfair.secagg.round import (
     small_upload,
     vector_upload,
 )
+from fedfair.secagg.bounded.exchange import AUDITOR
+from fedfair.secagg.bounded.layout import squared_bound
+from fedfair.secagg.bounded.shares import encode_within_bound
+from fedfair.secagg.bounded.simulate import bounded_cast
+from fedfair.secagg.bounded.stages import BOUNDED_ROUND
 from fedfair.secagg.server import AggregateResult
-from fedfair.secagg.simulate import simulate_round
+from fedfair.secagg.simulate import DropOut, run_round, simulate_round
+from tests.secagg.bounded.roundkit import DIMENSION, FRACTIONAL_BITS, UPDATE_NORM, vector_at
 from tests.secagg.helpers import encode_all, make_config, make_inputs
 
 
@@ -203,7 +209,7 @@ def test_a_registered_toy_kind_runs_in_the_one_simulator_and_its_words_reach_the
     config = make_config(4)
     inputs = make_inputs(config, seed=5)
     encoded = encode_all(config, inputs)
-    trace = simulate_round(config, lambda party: encoded[party].copy(), {ToyStage.SEND: [4]}, protocol=toy)
+    trace = simulate_round(config, lambda party: encoded[party].copy(), DropOut({ToyStage.SEND: [4]}), protocol=toy)
     # The plain sum of the three that sent: exact in the words, within the encoding's error once decoded.
     assert trace.result.contributors == (1, 2, 3)
     expected = sum(encoded[party].astype(np.uint64) for party in (1, 2, 3)).astype(config.encoder.dtype)
@@ -249,3 +255,51 @@ def test_a_second_kind_of_a_registered_name_or_a_stage_said_otherwise_is_refused
     assert "toy-twice" not in ROUND_KINDS and "secagg-reworded" not in ROUND_KINDS
     # A kind that reuses another's stages as they are said (the masked round with a stage more) plugs in.
     assert registered(replace(SECURE_ROUND, name="secagg-copy")) is ROUND_KINDS["secagg-copy"]
+
+
+LEAVER = 4
+"""The site that leaves, in every kind, just before the stage its contribution travels in."""
+
+
+@pytest.mark.parametrize("kind_name", ["toy-faults", SECURE_ROUND.name, BOUNDED_ROUND.name])
+def test_every_kind_runs_in_the_one_simulator_under_the_same_fault_strategy(
+    kind_name: str, registered: Callable[[SecureRound], SecureRound]
+) -> None:
+    """DropOut at each kind's contribution stage: the sum is the three others', within the encoding's error bound.
+
+    The runner branches on no kind: the toy kind's parties take Client's arguments, the bounded sum's (its auditor
+    among them) are :func:`bounded_cast`'s, and one strategy object, asked at each step, leaves site 4 out of each.
+    """
+    kind = registered(toy_kind(kind_name)) if kind_name == "toy-faults" else ROUND_KINDS[kind_name]
+    leaves = DropOut({kind.contribution: [LEAVER]})
+    verified = bool(kind.verify_stages)
+    if kind is BOUNDED_ROUND:
+        bound_sq = squared_bound(UPDATE_NORM, 1.0, FRACTIONAL_BITS)
+        vectors = {party: vector_at(0.5, DIMENSION, party) for party in range(1, 5)}
+        encoded = {
+            party: encode_within_bound(vector, bound_sq, FRACTIONAL_BITS, bytes([party]) * 32)
+            for party, vector in vectors.items()
+        }
+        cast = bounded_cast(
+            dimension=DIMENSION,
+            fractional_bits=FRACTIONAL_BITS,
+            update_norm=UPDATE_NORM,
+            weights=dict.fromkeys(vectors, 1.0),
+        )
+        trace = run_round(kind, cast, encoded.__getitem__, leaves, verified=verified)
+        truth = sum(vectors[party] for party in (1, 2, 3))
+        assert AUDITOR in trace.parties and trace.upload_bytes[AUDITOR] > 0  # the second verifier took its stages
+    else:
+        config = make_config(4)
+        inputs = make_inputs(config, seed=7)
+        encoded = encode_all(config, inputs)
+        trace = simulate_round(config, lambda party: encoded[party].copy(), leaves, verified=verified, protocol=kind)
+        truth = sum(inputs[party][0] for party in (1, 2, 3))
+    assert trace.result.contributors == (1, 2, 3)
+    assert LEAVER in trace.parties and LEAVER not in trace.stage_upload_bytes[kind.contribution]
+    decoded = trace.result.decoded
+    assert np.max(np.abs(decoded.weighted_sum - truth)) <= decoded.error_bound
+    if verified:  # every site still there verified the sum the server applies, to the word
+        assert sorted(trace.verdicts) == [1, 2, 3]
+        for verdict in trace.verdicts.values():
+            assert np.array_equal(verdict, trace.result.encoded_sum)

@@ -21,7 +21,7 @@ from fedfair.secagg.messages import (
     UnmaskResponse,
 )
 from fedfair.secagg.wire import SUM_STAGES, Stage
-from fedfair.secagg.simulate import simulate_round
+from fedfair.secagg.simulate import DropOut, simulate_round
 from tests.secagg.helpers import CLIP, MAX_WEIGHT, encode_all, make_config, make_inputs
 
 Inputs = dict[int, tuple[np.ndarray, float]]
@@ -62,7 +62,7 @@ def test_a_round_recovers_the_survivors_sum_within_its_error_bound_whoever_drops
 ) -> None:
     config, drop, inputs = case
     encoded = encode_all(config, inputs)
-    result = simulate_round(config, lambda party: encoded[party].copy(), drop).result
+    result = simulate_round(config, lambda party: encoded[party].copy(), DropOut(drop)).result
     before_masking = {party for stage, parties in drop.items() if stage < Stage.CONSISTENCY for party in parties}
     contributors = sorted(set(inputs) - before_masking)
     assert list(result.contributors) == contributors
@@ -89,7 +89,7 @@ def test_a_dropped_party_stays_silent_and_the_trace_counts_what_everyone_sent() 
         asked.append(party)
         return encoded[party].copy()
 
-    trace = simulate_round(config, encoded_input, drop, observed.append)
+    trace = simulate_round(config, encoded_input, DropOut(drop), observed.append)
     everyone = set(range(1, 10))
     kinds = (AdvertiseKeys, ShareKeys, ShareCheck, MaskedInput, ConsistencySignature, UnmaskResponse)
     senders = [{message.sender for message in observed if isinstance(message, kind)} for kind in kinds]

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from fedfair.core.errors import AuthenticationError, ProtocolError, StaleMessageError, VerificationError, VerifyReason
 from fedfair.secagg import config as config_module
 from fedfair.secagg import keys
-from fedfair.secagg.simulate import simulate_round
+from fedfair.secagg.simulate import DropOut, simulate_round
 from fedfair.pki.identity import sign
 from fedfair.secagg.verify import (
     BLOCK,
@@ -199,7 +199,7 @@ def test_an_honest_aggregate_passes_on_a_secagg_plus_graph_with_dropouts() -> No
     trace = simulate_round(
         make_config(10, neighbours=6),
         lambda party: encode_all(make_config(10, neighbours=6), make_inputs(make_config(10, neighbours=6)))[party],
-        {Stage.MASK: [10]},
+        DropOut({Stage.MASK: [10]}),
         verified=True,
     )
     assert sorted(trace.verified) == list(trace.result.contributors) == list(range(1, 10))
@@ -321,7 +321,7 @@ def test_an_honest_aggregate_always_passes_whoever_drops_before_verify(parties: 
     gone = leavers.draw(st.lists(st.integers(1, parties), unique=True, min_size=drop_count, max_size=drop_count))
     stage = leavers.draw(st.sampled_from([Stage.ADVERTISE, Stage.SHARE, Stage.CHECK, Stage.MASK]))
     encoded = encode_all(config, make_inputs(config))
-    trace = simulate_round(config, lambda party: encoded[party].copy(), {stage: gone}, verified=True)
+    trace = simulate_round(config, lambda party: encoded[party].copy(), DropOut({stage: gone}), verified=True)
     assert sorted(trace.verified) == list(trace.result.contributors)
     for decoded in trace.verified.values():
         np.testing.assert_array_equal(decoded.weighted_sum, trace.result.decoded.weighted_sum)
@@ -334,7 +334,7 @@ def test_a_survivor_silent_after_masking_leaves_the_round_unverifiable_and_named
     config = make_config(6, neighbours=3, threshold=3)
     encoded = encode_all(config, make_inputs(config))
     with pytest.raises(VerificationError, match="no tag from site-6") as caught:
-        simulate_round(config, lambda party: encoded[party].copy(), {stage: [6]}, verified=True)
+        simulate_round(config, lambda party: encoded[party].copy(), DropOut({stage: [6]}), verified=True)
     assert caught.value.reason is VerifyReason.MISSING_TAG
 
 

@@ -33,7 +33,7 @@ from fedfair.privacy import distributed
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig
 from fedfair.secagg.noise import NoiseConfig
-from fedfair.secagg.simulate import simulate_round
+from fedfair.secagg.simulate import DropOut, simulate_round
 from fedfair.secagg.wire import Stage
 from tests.secagg.helpers import view_table
 
@@ -81,7 +81,7 @@ def unmasked(config: SecAggConfig, dropped: Collection[int] = ()) -> tuple[np.nd
         vector = units(party) / 2.0**FRACTIONAL_BITS
         return config.encoder.encode(vector, 1.0, randomness_key=noise_key(party))
 
-    result = simulate_round(config, encoded, {Stage.MASK: sorted(dropped)}).result
+    result = simulate_round(config, encoded, DropOut({Stage.MASK: sorted(dropped)})).result
     return result.encoded_sum[:DIMENSION].view(np.int64), tuple(sorted(result.contributors))
 
 

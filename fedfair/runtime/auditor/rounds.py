@@ -14,7 +14,8 @@ Why: docs/security.md, "Bounded inputs (two verifiers)".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -31,7 +32,7 @@ from fedfair.secagg.bounded.parameters import round_parameters
 from fedfair.secagg.bounded.peers import Auditor
 from fedfair.secagg.bounded.stages import AUDITOR_STAGES, BOUNDED_ROUND, BoundedStage, record_bytes
 from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.round import MESSAGE_OVERHEAD_BYTES
+from fedfair.secagg.round import MESSAGE_OVERHEAD_BYTES, PartyOrder, Uploaders
 
 
 @dataclass
@@ -44,6 +45,8 @@ class AuditedRound:
     inputs."""
     config: SecAggConfig
     auditor: Auditor
+    order: PartyOrder = field(default_factory=lambda: PartyOrder(BOUNDED_ROUND.taken_by(Uploaders.AUDITOR)))
+    """Where the auditor stands in the stages it uploads in: a stage's input out of their order is refused."""
 
 
 class AuditorRounds:
@@ -101,7 +104,7 @@ class AuditorRounds:
             assert spec.received is not None  # every auditor stage but the first carries the aggregator's message
             received = spec.received(inputs)
         try:
-            message = spec.step(self.current.auditor, received, _not_asked)
+            message = self.current.order.take(spec, partial(spec.step, self.current.auditor, received, _not_asked))
         except VerificationError as error:
             # The protocol names its session's round; the line that withdraws names the round itself.
             raise ProtocolError(f"{error.reason.name}: {error.detail}") from None

@@ -97,9 +97,15 @@ class BoundedSite:
         return tags
 
     @property
+    def findings(self) -> RoundFindings | None:
+        """This site's own check of the verdict record it was sent (:meth:`check`; None before one held up)."""
+        return None if self._record is None else self._record[2]
+
+    @property
     def accepted(self) -> tuple[int, ...]:
         """The sites in the sum, as the verdict record this site checked says (none before DECIDE)."""
-        return () if self._record is None else self._record[2].accepted
+        findings = self.findings
+        return () if findings is None else findings.accepted
 
     def verify(self, tag_set: TagSet) -> np.ndarray:
         """VERIFY: the round's total (signed integers, encoded scale), once the sites' and the auditor's tags check it.

@@ -1,12 +1,13 @@
 """Run one bounded secure sum inside one process: n sites, the aggregator and the auditor, no network.
 
-The parties are the real state machines and every message goes through its bytes, as a transport would
-carry it, looping over the stages of :data:`~fedfair.secagg.bounded.stages.BOUNDED_ROUND` as a runtime does:
-each stage's addressed parties take its step, the aggregator receives each upload and closes the stage. Identity
-keys are generated per call and pinned. A site's part can be made to go missing (it is then absent), a site
-can lie (its encoded update over its bound, with a liar's witness), and the aggregator can lie about the total (its
-verdict record, re-signed, or the tags it relays), which every accepted site checks in VERIFY; a site can collude with
-it (its tags of the record, made with its key once it saw the record).
+The round runs in the one simulator (:func:`~fedfair.secagg.simulate.run_round`), over
+:data:`~fedfair.secagg.bounded.stages.BOUNDED_ROUND`'s stages as a runtime runs them, among the parties
+:func:`bounded_cast` makes (identity keys generated per call and pinned); what goes wrong is a fault strategy
+(:class:`BoundedFaults`). A site's part can be made to go missing (it is then absent), a site can lie (its encoded
+update over its bound, with a liar's witness), and the aggregator can lie about the total (its verdict record,
+re-signed, or the tags it relays), which every accepted site checks in VERIFY; a site can collude with it (its tags of
+the record, made with its key once it saw the record). :class:`BoundedTrace` reads the one simulator's trace in the
+bounded sum's terms.
 """
 
 from __future__ import annotations
@@ -19,23 +20,23 @@ from typing import Any
 
 import numpy as np
 
+from fedfair.core.errors import ProtocolError
 from fedfair.pki.identity import generate_identity_key
-from fedfair.core.errors import AuthenticationError, ProtocolError
 from fedfair.secagg.bounded.context import BoundedContext
-from fedfair.secagg.bounded.messages import SeedRelay, SiteShare
 from fedfair.secagg.bounded.exchange import AUDITOR
+from fedfair.secagg.bounded.messages import Encoded, SiteShare
 from fedfair.secagg.bounded.parameters import BoundedParameters
-from fedfair.secagg.bounded.messages import Encoded
-from fedfair.secagg.bounded.peers import Auditor
+from fedfair.secagg.bounded.peers import Auditor, BoundedSite
 from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord, sign_record
 from fedfair.secagg.bounded.server import BoundedServer
 from fedfair.secagg.bounded.shares import Witness, honest_witness
-from fedfair.secagg.bounded.stages import BOUNDED_ROUND, BoundedStage
+from fedfair.secagg.bounded.stages import BOUNDED_ROUND
 from fedfair.secagg.bounded.total import SignedTags, TagSet, record_digest
 from fedfair.secagg.bounded.upload import SealedSeed
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import BoundedSum
 from fedfair.secagg.round import AnyStage, Opening
+from fedfair.secagg.simulate import Cast, Faults, RoundTrace, run_round
 
 
 @dataclass
@@ -76,45 +77,69 @@ class BoundedTrace:
     refusals: dict[int, ProtocolError] = field(default_factory=dict)
     withheld: str | None = None
 
+    @classmethod
+    def of(cls, trace: RoundTrace, cast: Cast, faults: BoundedFaults, relayed_seed_bytes: int) -> BoundedTrace:
+        """The one simulator's `trace` of a bounded sum among `cast` under `faults`, in the bounded sum's terms.
 
-def simulate_bounded_round(
+        relayed_seed_bytes: the sites' sealed seeds the aggregator relayed to the auditor, which are not the verifiers'
+        exchange.
+        """
+        server: BoundedServer = cast.server
+        sites = {party: peer for party, peer in cast.parties.items() if isinstance(peer, BoundedSite)}
+        findings = {party: site.findings for party, site in sites.items() if site.findings is not None}
+        # A site the record leaves out (named a liar, or absent) has nothing to tag: no refusal of its own.
+        refusals = {
+            party: error
+            for party, error in trace.refusals.items()
+            if party not in findings or party in findings[party].accepted
+        }
+        contribution, decide = BOUNDED_ROUND.contribution, BOUNDED_ROUND.committed
+        verify = BOUNDED_ROUND.verify_stages[0].stage
+        site_seconds: dict[int, float] = {}
+        for by_party in trace.party_seconds.values():
+            for party in sites.keys() & by_party.keys():
+                site_seconds[party] = site_seconds.get(party, 0.0) + by_party[party]
+        tags_up = [size for party, size in trace.stage_upload_bytes[decide].items() if party != AUDITOR]
+        return cls(
+            server.outcome,
+            VerdictRecord.from_bytes(faults.record),
+            findings,
+            server.context,
+            site_seconds,
+            sum(trace.server_seconds.values()),
+            sum(by_party.get(AUDITOR, 0.0) for by_party in trace.party_seconds.values()),
+            dict(trace.stage_upload_bytes[contribution]),
+            {
+                Role.HELPER: trace.upload_bytes[AUDITOR],
+                Role.LEADER: trace.download_bytes[AUDITOR] - relayed_seed_bytes,
+            },
+            len(faults.record),
+            max(tags_up, default=0),
+            max(trace.stage_download_bytes[verify].values(), default=0),
+            server.culprits,
+            {party: total for party, total in trace.verdicts.items() if party in sites},
+            refusals,
+            None if faults.forged_record is not None else trace.withheld.get(decide),
+        )
+
+
+def bounded_cast(
     *,
     dimension: int,
     fractional_bits: int,
     update_norm: float,
     weights: Mapping[int, float],
-    encoded_input: Callable[[int], np.ndarray],
     witnesses: Mapping[int, Witness] | None = None,
-    missing_aggregator_part: Collection[int] = (),
-    missing_auditor_part: Collection[int] = (),
     noise_mu: float = 0.0,
     noise_key: bytes | None = None,
     aggregator_noise_key: bytes | None = None,
     floor: int = 2,
-    clock: Callable[[], float] = time.perf_counter,
-    forged_record: Callable[[VerdictRecord], VerdictRecord] | None = None,
-    forged_tags: Callable[[TagSet], TagSet] | None = None,
-    silent_at_decide: Collection[int] = (),
-    colluder_tags: Callable[[BoundedContext, bytes, SignedTags, Any], SignedTags] | None = None,
-) -> BoundedTrace:
-    """Run one bounded secure sum and return its trace.
+) -> Cast:
+    """The sites of `weights` (by party id), the auditor (under :data:`AUDITOR`) and the aggregator's server.
 
-    encoded_input(party): the site's update in the encoded scale (signed integers, d of them).
     witnesses: per lying site, the witness it proves with (the honest one otherwise).
-    missing_aggregator_part: sites whose SHARE upload never reaches the aggregator (so neither part does).
-    missing_auditor_part: sites whose sealed seed reaches the auditor corrupted, so it cannot open it.
     noise_key, aggregator_noise_key: what the auditor's noise, and the aggregator's, are drawn from (None: fresh keys).
     floor: the fewest accepted inputs a total may cover (the plan's threshold; 2, the least any plan has).
-    clock: what the seconds are read from (``time.process_time`` for CPU seconds).
-    forged_record: a hostile aggregator's change to its verdict record, which it signs again before sending it.
-    forged_tags: a hostile aggregator's change to the tag set it relays in VERIFY (relayed even where a runtime
-        would withhold it).
-    silent_at_decide: sites that check the record but whose tags never reach the aggregator (they left).
-    colluder_tags: a site colluding with the aggregator: colluder_tags(the context, the record's digest, its honest
-        tags, its identity key) -> the tags it sends instead (return the honest tags unchanged for any other site).
-
-    A site that refuses the record or the total is kept in the trace's refusals; anything else the protocol raises
-    is raised.
     """
     site_keys = {party: generate_identity_key() for party in weights}
     aggregator_key, auditor_key = generate_identity_key(), generate_identity_key()
@@ -138,126 +163,115 @@ def simulate_bounded_round(
     }
     peers[AUDITOR] = Auditor(parameters, auditor_key, noise_key)
     server = BoundedServer(parameters, aggregator_key, noise_key=aggregator_noise_key)
-    seconds = dict.fromkeys(Role, 0.0)
-    trace_bytes = dict.fromkeys(Role, 0)
-    site_seconds: dict[int, float] = {}
-    upload_bytes: dict[int, int] = {}
-    findings: dict[int, RoundFindings] = {}
-    totals: dict[int, np.ndarray] = {}
-    refusals: dict[int, ProtocolError] = {}
-    tags: list[SignedTags] = []
-    tag_bytes = {"up": 0, "down": 0}
+    return Cast(server, peers, {**site_keys, AUDITOR: auditor_key}, aggregator_key)
 
-    def timed(role: Role, work: Callable[..., Any], *arguments: Any) -> Any:
-        """``work(*arguments)``, its seconds counted to ``role``'s verifier."""
-        started = clock()
-        outcome = work(*arguments)
-        seconds[role] += clock() - started
-        return outcome
 
-    def take(spec: AnyStage, party: int, received: Any) -> None:
-        """``party`` takes the stage's step; the aggregator receives its upload (a site's verified total: kept)."""
-        if spec.stage is BoundedStage.DECIDE and party != AUDITOR:
-            try:
-                findings[party] = peers[party].check(received)
-            except (AuthenticationError, ProtocolError) as error:
-                refusals[party] = error
-                return
-            if party not in findings[party].accepted:
-                return  # named a liar (or left out): it has nothing to tag
-        if party == AUDITOR:
-            try:
-                outcome = timed(Role.HELPER, spec.step, peers[party], received, lambda: None)
-            except (AuthenticationError, ProtocolError) as error:
-                if spec.stage is not BoundedStage.DECIDE:
-                    raise
-                refusals[party] = error  # it withholds its tags of a record it cannot stand behind
-                return
-        else:
-            encoded = encoded_input(party)
-            started = clock()
-            try:
-                outcome = spec.step(peers[party], received, lambda: encoded)
-            except ProtocolError as error:
-                if spec.stage is not BoundedStage.VERIFY:
-                    raise
-                refusals[party] = error
-                return
-            site_seconds[party] = site_seconds.get(party, 0.0) + clock() - started
-        if spec.upload is None:
-            totals[party] = outcome
-            return
-        if isinstance(outcome, SignedTags):
-            if party in silent_at_decide:
-                return
-            if colluder_tags is not None and party != AUDITOR:
-                outcome = colluder_tags(server.context, record_digest(record_data), outcome, site_keys[party])
-            tags.append(outcome)
-            if forged_record is not None:
-                return  # the hostile aggregator relays what it was sent, whatever it signed
-        data = outcome.to_bytes()
-        if party == AUDITOR:
-            trace_bytes[Role.HELPER] += len(data)
-        elif spec.stage is BoundedStage.SHARE:
-            upload_bytes[party] = len(data)
-        elif spec.stage is BoundedStage.DECIDE:
-            tag_bytes["up"] = len(data)
-        if party in missing_aggregator_part:
-            return
-        message = timed(Role.LEADER, spec.upload, data)
-        if isinstance(message, SiteShare) and party in missing_auditor_part:
-            message = dataclasses.replace(message, sealed=_corrupted(message))
-        assert spec.receive is not None  # a stage whose parties upload a message has a server that takes it
-        timed(Role.LEADER, spec.receive, server, message)
+@dataclass
+class BoundedFaults(Faults):
+    """What goes wrong in a bounded sum, by what travels (a site's parts, the verdict record, tags, the tag set).
 
-    opening: Opening | None = BOUNDED_ROUND.open_sum(server)
-    withheld, record_data = None, b""
-    for spec in BOUNDED_ROUND.stages(True):
-        if spec.stage is BoundedStage.VERIFY:
-            withheld = None if forged_record is not None else timed(Role.LEADER, server.tags_withheld)
-            if forged_record is not None or forged_tags is not None:
-                opening = _tag_opening(tags, server.tag_set().inputs.noise_key, forged_tags)
-            else:
-                opening = timed(Role.LEADER, BOUNDED_ROUND.open_verification, server, server.outcome)
-        assert opening is not None  # every stage of the sum but its last opens the next
-        if spec.stage is BoundedStage.DECIDE and forged_record is not None:
-            record = forged_record(VerdictRecord.from_bytes(opening.inputs.to_bytes()))
-            forged = sign_record(server.context, aggregator_key, record).to_bytes(server.context)
-            opening = Opening(opening.among, Encoded(forged))
-        data = None if opening.inputs is None else opening.inputs.to_bytes()
-        if spec.stage is BoundedStage.DECIDE:
-            record_data = data or b""
-        if spec.stage is BoundedStage.VERIFY:
-            tag_bytes["down"] = len(data or b"")
-        if AUDITOR in opening.among and data is not None:
-            relayed = opening.inputs.seeds if isinstance(opening.inputs, SeedRelay) else ()
-            trace_bytes[Role.LEADER] += len(data) - sum(len(seed.to_bytes()) for seed in relayed)
-        for party in opening.among:
-            received = None
-            if data is not None and spec.received is not None:
-                role = Role.HELPER if party == AUDITOR else None
-                received = spec.received(data) if role is None else timed(role, spec.received, data)
-            take(spec, party, received)
-        opening = None if spec.close is None else timed(Role.LEADER, spec.close, server)
-    result: BoundedSum = timed(Role.LEADER, lambda: server.outcome)
-    return BoundedTrace(
-        result,
-        VerdictRecord.from_bytes(record_data),
-        findings,
-        server.context,
-        site_seconds,
-        seconds[Role.LEADER],
-        seconds[Role.HELPER],
-        upload_bytes,
-        trace_bytes,
-        len(record_data),
-        tag_bytes["up"],
-        tag_bytes["down"],
-        server.culprits,
-        totals,
-        refusals,
-        withheld,
+    missing_aggregator_part: sites whose SHARE upload never reaches the aggregator (so neither part does).
+    missing_auditor_part: sites whose sealed seed reaches the auditor corrupted, so it cannot open it.
+    forged_record: a hostile aggregator's change to its verdict record, which it signs again before sending it; it
+        then relays the tags it was sent, whatever it signed.
+    forged_tags: a hostile aggregator's change to the tag set it relays in VERIFY (relayed even where a runtime
+        would withhold it).
+    silent_at_decide: sites that check the record but whose tags never reach the aggregator (they left).
+    colluder_tags: a site colluding with the aggregator: colluder_tags(the context, the record's digest, its honest
+        tags, its identity key) -> the tags it sends instead (return the honest tags unchanged for any other site).
+    keys: who signs what (:attr:`Cast.identities`, :attr:`Cast.server_identity`): the forger's and colluders' keys.
+    record: the verdict record as the sites were sent it (once DECIDE opened).
+    """
+
+    keys: Cast
+    missing_aggregator_part: Collection[int] = ()
+    missing_auditor_part: Collection[int] = ()
+    forged_record: Callable[[VerdictRecord], VerdictRecord] | None = None
+    forged_tags: Callable[[TagSet], TagSet] | None = None
+    silent_at_decide: Collection[int] = ()
+    colluder_tags: Callable[[BoundedContext, bytes, SignedTags, Any], SignedTags] | None = None
+    record: bytes = b""
+    _tags: list[SignedTags] = field(default_factory=list)
+
+    def opening(self, spec: AnyStage, opening: Opening, server: BoundedServer) -> Opening:
+        """The verdict record, forged and signed again; the tag set, rebuilt from the tags sent and forged."""
+        if isinstance(opening.inputs, Encoded):
+            if self.forged_record is not None:
+                assert self.keys.server_identity is not None  # the bounded sum's aggregator signs its record
+                record = self.forged_record(VerdictRecord.from_bytes(opening.inputs.data))
+                signed = sign_record(server.context, self.keys.server_identity, record).to_bytes(server.context)
+                opening = Opening(opening.among, Encoded(signed))
+            self.record = opening.inputs.data
+        if isinstance(opening.inputs, TagSet) and (self.forged_record is not None or self.forged_tags is not None):
+            return _tag_opening(self._tags, opening.inputs.noise_key, self.forged_tags)
+        return opening
+
+    def upload(self, spec: AnyStage, party: int, upload: Any, server: BoundedServer) -> Any | None:
+        """A site's parts lost or its seed corrupted; tags lost, a colluder's instead, or kept by a forger."""
+        if isinstance(upload, SiteShare):
+            if party in self.missing_aggregator_part:
+                return None
+            if party in self.missing_auditor_part:
+                return dataclasses.replace(upload, sealed=_corrupted(upload))
+        if isinstance(upload, SignedTags):
+            if party in self.silent_at_decide:
+                return None
+            if self.colluder_tags is not None and party != AUDITOR:
+                digest = record_digest(self.record)
+                upload = self.colluder_tags(server.context, digest, upload, self.keys.identities[party])
+            self._tags.append(upload)
+            if self.forged_record is not None:
+                return None  # the hostile aggregator relays what it was sent, whatever it signed
+        return upload
+
+
+def simulate_bounded_round(
+    *,
+    dimension: int,
+    fractional_bits: int,
+    update_norm: float,
+    weights: Mapping[int, float],
+    encoded_input: Callable[[int], np.ndarray],
+    witnesses: Mapping[int, Witness] | None = None,
+    noise_mu: float = 0.0,
+    noise_key: bytes | None = None,
+    aggregator_noise_key: bytes | None = None,
+    floor: int = 2,
+    clock: Callable[[], float] = time.perf_counter,
+    **faults: Any,
+) -> BoundedTrace:
+    """Run one bounded secure sum among :func:`bounded_cast`'s parties in the one simulator; return its trace.
+
+    encoded_input(party): the site's update in the encoded scale (signed integers, d of them).
+    clock: what the seconds are read from (``time.process_time`` for CPU seconds).
+    faults: :class:`BoundedFaults`'s fields but its keys (none: an honest round).
+
+    A site that refuses the record or the total, and the auditor that withholds its tags, are kept in the trace's
+    refusals; anything else the protocol raises is raised.
+    """
+    cast = bounded_cast(
+        dimension=dimension,
+        fractional_bits=fractional_bits,
+        update_norm=update_norm,
+        weights=weights,
+        witnesses=witnesses,
+        noise_mu=noise_mu,
+        noise_key=noise_key,
+        aggregator_noise_key=aggregator_noise_key,
+        floor=floor,
     )
+    strategy = BoundedFaults(cast, **faults)
+    relayed: list[int] = []
+
+    def observe(message: Any) -> None:
+        if isinstance(message, SiteShare):  # its sealed seed is relayed to the auditor: not the verifiers' exchange
+            relayed.append(len(message.sealed.to_bytes()))
+
+    refusals = (BOUNDED_ROUND.committed, *(spec.stage for spec in BOUNDED_ROUND.verify_stages))
+    trace = run_round(
+        BOUNDED_ROUND, cast, encoded_input, strategy, observe, verified=True, clock=clock, refusals=refusals
+    )
+    return BoundedTrace.of(trace, cast, strategy, sum(relayed))
 
 
 def _tag_opening(tags: list[SignedTags], noise_key: bytes, forged: Callable[[TagSet], TagSet] | None) -> Opening:

@@ -1,18 +1,18 @@
 """One verifier's state for one bounded secure sum, from the uploads to its total, without I/O.
 
-The aggregator and the auditor each run a :class:`RoundVerifier`; each step takes what the other sent and
-returns what to send it, and refuses anything out of order or inconsistent (ProtocolError). In order:
-receive each party's signed part (a refused or missing part leaves the party absent); close the uploads
-(:class:`Roster`: present = both parts arrived, with a commitment to a half of the query seed); reveal the
-half; commit to a message per present party; reveal the signed messages (one that is not the committed one
-is refused); decide. Then the auditor's signed total, the aggregator's verdict record (DECIDE) and the
-sum. DP: each verifier adds Skellam(noise_mu) to its own total, from a key only it holds, so the total carries noise
-that either verifier alone cannot take off (docs/security.md, "Bounded inputs", "Distributed DP").
+The aggregator and the auditor each run a :class:`RoundVerifier`; each step takes what the other sent and returns
+what to send it, in :data:`~fedfair.secagg.bounded.stages.BOUNDED_ROUND`'s order, which its runners keep
+(:class:`~fedfair.secagg.round.ServerOrder`, :class:`~fedfair.secagg.round.PartyOrder`): a step refuses only what is
+inconsistent, missing what it builds on, or taken twice from the other verifier (ProtocolError). The steps: receive
+each party's signed part (a refused or missing part leaves it absent); close the uploads (:class:`Roster`: present =
+both parts arrived, with a commitment to a half of the query seed); reveal the half; commit to a message per present
+party; reveal the signed messages (one not the committed one is refused); decide. Then the auditor's signed total,
+the aggregator's verdict record (DECIDE) and the sum. DP: each verifier adds Skellam(noise_mu) to its total, from a
+key only it holds, so the total carries noise either alone cannot take off (docs/security.md, "Bounded inputs").
 """
 
 from __future__ import annotations
 
-import enum
 import os
 from dataclasses import dataclass
 
@@ -38,17 +38,6 @@ from fedfair.secagg.bounded.shares import SEED_BYTES, HelperShare, LeaderShare
 from fedfair.secagg.bounded.total import noise_commitment, verifier_noise
 from fedfair.secagg.bounded.upload import LeaderUpload, SealedSeed, check_leader_upload, open_seed
 from fedfair.secagg.bounded.verifier import Evidence, Role, Verdict, Verifier, VerifierMessage, is_signed, sign
-
-
-class Step(enum.IntEnum):
-    """Where a verifier is in the round; each method takes it one step on."""
-
-    UPLOADS = 1
-    ROSTER = 2
-    SEED = 3
-    COMMITMENTS = 4
-    REVEAL = 5
-    DECIDED = 6
 
 
 @dataclass(frozen=True)
@@ -100,15 +89,20 @@ class RoundVerifier:
         self._client_keys = client_keys
         self._auditor_cipher = auditor_cipher
         self._noise_key = os.urandom(32) if noise_key is None else noise_key
-        self.step = Step.UPLOADS
         self._shares: dict[int, LeaderShare | HelperShare] = {}
         self._seed_half = os.urandom(SEED_BYTES)
+        self._roster: Roster | None = None
+        """This verifier's roster, once it closed the uploads."""
         self._peer_roster: Roster | None = None
         self.present: tuple[int, ...] = ()
         self._verifiers: dict[int, Verifier] = {}
-        self._messages: dict[int, VerifierMessage] = {}
-        self._signed: dict[int, tuple[bytes, bytes]] = {}
+        self._messages: dict[int, VerifierMessage] | None = None
+        """A message per present party, once the query seed is drawn."""
+        self._signed: dict[int, tuple[bytes, bytes]] | None = None
+        """This verifier's signed messages, once it took the other's commitments."""
         self._query_seed = b""
+        self._decided = False
+        """Whether every present party was decided (the other verifier's messages taken)."""
         self.verdicts: dict[int, Verdict] = {}
         self.evidence: dict[int, Evidence] = {}
         self._noised_total: np.ndarray | None = None
@@ -122,7 +116,8 @@ class RoundVerifier:
             ProtocolError: uploads are closed, the party is unknown, sent twice, sent the other verifier's part, or
                 a share of the wrong shape or outside the field.
         """
-        self._expect(Step.UPLOADS)
+        if self._roster is not None:
+            raise ProtocolError(f"party {upload.party}'s part arrived after the {self.role.value} closed the uploads")
         party = upload.party
         if party not in self._client_keys or party not in self.context.bounds:
             raise ProtocolError(f"party {party} is not in this round")
@@ -139,56 +134,70 @@ class RoundVerifier:
 
     def close_uploads(self) -> Roster:
         """Close the uploads: whom this verifier holds a part from, and its commitment to its half of the query seed."""
-        self._expect(Step.UPLOADS)
-        self.step = Step.ROSTER
-        return Roster(tuple(sorted(self._shares)), seed_commitment(self.context.digest, self._seed_half))
+        if self._roster is not None:
+            raise ProtocolError(f"the {self.role.value} closed its uploads already this round")
+        self._roster = Roster(tuple(sorted(self._shares)), seed_commitment(self.context.digest, self._seed_half))
+        return self._roster
 
     def receive_roster(self, peer: Roster) -> SeedReveal:
-        """Take the other verifier's roster: the present parties are those both hold a part from."""
-        self._expect(Step.ROSTER)
+        """Take the other verifier's roster: the present parties are those both hold a part from.
+
+        Raises:
+            ProtocolError: this verifier has not closed its uploads, or took a roster already (a second could commit
+                to another half of the query seed once this verifier's half is out).
+        """
+        if self._roster is None:
+            raise ProtocolError(f"the {self.role.value} has not closed its uploads: it takes no roster yet")
+        if self._peer_roster is not None:
+            raise ProtocolError(f"the other verifier sent the {self.role.value} its roster twice")
         self._peer_roster = peer
         self.present = tuple(sorted(set(self._shares) & set(peer.parties)))
-        self.step = Step.SEED
         return SeedReveal(self._seed_half)
 
     def receive_seed(self, peer: SeedReveal) -> Commitments:
         """Take the other verifier's half of the query seed; compute and commit to a message per present party.
 
         Raises:
-            ProtocolError: the half is not the one the other verifier committed to in its roster.
+            ProtocolError: the half is not the one the other verifier committed to in its roster, no roster committed
+                to one, or a half was taken already.
         """
-        self._expect(Step.SEED)
-        assert self._peer_roster is not None  # set by receive_roster, which SEED follows
+        if self._peer_roster is None:
+            raise ProtocolError(f"the other verifier sent the {self.role.value} no roster: its half has no commitment")
+        if self._messages is not None:
+            raise ProtocolError(f"the other verifier sent the {self.role.value} its half of the query seed twice")
         if seed_commitment(self.context.digest, peer.half) != self._peer_roster.seed_commitment:
             raise ProtocolError("the other verifier's half of the query seed is not the one it committed to")
         halves = (self._seed_half, peer.half) if self.role is Role.LEADER else (peer.half, self._seed_half)
         self._query_seed = query_seed(self.context.digest, *halves)
+        messages = {}
         for party in self.present:
             bound = self.context.bounds[party]
             if bound not in self._verifiers:
                 self._verifiers[bound] = Verifier(self.context.layout(party), self.role, self._query_seed)
-            message = self._verifiers[bound].receive(party, self._shares.pop(party))
-            self._messages[party] = message
+            messages[party] = self._verifiers[bound].receive(party, self._shares.pop(party))
         self._shares.clear()  # an absent party's part is dropped unread
-        self.step = Step.COMMITMENTS
-        return Commitments(tuple((party, self._messages[party].commitment()) for party in self.present))
+        self._messages = messages
+        return Commitments(tuple((party, messages[party].commitment()) for party in self.present))
 
     def receive_commitments(self, peer: Commitments) -> Reveal:
         """Record the other verifier's commitments; reveal this verifier's signed messages.
 
         Raises:
-            ProtocolError: the commitments are not for exactly the present parties.
+            ProtocolError: the commitments are not for exactly the present parties, this verifier has no messages
+                yet (no query seed), or took commitments already (a second set could fit messages it revealed).
         """
-        self._expect(Step.COMMITMENTS)
+        messages = self._messages
+        if messages is None:
+            raise ProtocolError(f"the {self.role.value} has no query seed yet: it takes no commitments")
+        if self._signed is not None:
+            raise ProtocolError(f"the other verifier sent the {self.role.value} its commitments twice")
         if tuple(party for party, _ in peer.entries) != self.present:
             raise ProtocolError("the other verifier committed to messages about other parties than the present ones")
         for party, commitment in peer.entries:
             self._verifier(party).commit(party, commitment)
-        self._signed = {
-            party: sign(self._identity_key, self.context.digest, self._messages[party]) for party in self.present
-        }
-        self.step = Step.REVEAL
-        return Reveal(tuple((party, *self._signed[party]) for party in self.present))
+        signed = {party: sign(self._identity_key, self.context.digest, messages[party]) for party in self.present}
+        self._signed = signed
+        return Reveal(tuple((party, *signed[party]) for party in self.present))
 
     def receive_reveal(self, peer: Reveal) -> dict[int, Verdict]:
         """Decide every present party from the two messages; the accepted ones' shares join this verifier's total.
@@ -196,9 +205,14 @@ class RoundVerifier:
         Raises:
             AuthenticationError: a message is not signed by the other verifier for this round.
             ProtocolError: the messages are not for exactly the present parties, one does not parse, or one is
-                not the message its sender committed to (the other verifier misbehaved; no party is judged on it).
+                not the message its sender committed to (the other verifier misbehaved; no party is judged on it);
+                this verifier revealed no messages of its own yet, or decided already.
         """
-        self._expect(Step.REVEAL)
+        signed = self._signed
+        if signed is None:
+            raise ProtocolError(f"the {self.role.value} has revealed no messages of its own: it takes none yet")
+        if self._decided:
+            raise ProtocolError(f"the other verifier sent the {self.role.value} its messages twice")
         if tuple(party for party, _, _ in peer.entries) != self.present:
             raise ProtocolError("the other verifier revealed messages about other parties than the present ones")
         peer_key = self.context.auditor_key if self.role is Role.LEADER else self.context.aggregator_key
@@ -215,10 +229,10 @@ class RoundVerifier:
             parsed[party] = (message, data, signature)
         for party, (message, data, signature) in parsed.items():
             self.verdicts[party] = self._verifier(party).conclude(party, message)
-            own = self._signed[party]
+            own = signed[party]
             leader, helper = (own, (data, signature)) if self.role is Role.LEADER else ((data, signature), own)
             self.evidence[party] = Evidence(*leader, *helper)
-        self.step = Step.DECIDED
+        self._decided = True
         return dict(self.verdicts)
 
     @property
@@ -252,7 +266,7 @@ class RoundVerifier:
         The aggregator's is its part of the total its verdict record carries, which each accepted site checks against
         the tags (:mod:`.total`).
         """
-        self._expect(Step.DECIDED)
+        self._refuse_undecided()
         total = np.zeros(self.context.dimension, dtype=np.uint64)
         for verifier in self._verifiers.values():
             total = field.add(total, verifier.total())
@@ -279,7 +293,7 @@ class RoundVerifier:
         It carries the total the aggregator applies once: its noised share-sum plus the auditor's total (so it is made
         once :meth:`finish` took the auditor's total), and the commitment to its noise key.
         """
-        self._expect(Step.DECIDED)
+        self._refuse_undecided()
         if self.role is not Role.LEADER:
             raise ProtocolError("the aggregator, not the auditor, sends the verdict record to the sites")
         if self._auditor_total is None:
@@ -316,11 +330,9 @@ class RoundVerifier:
     def _verifier(self, party: int) -> Verifier:
         return self._verifiers[self.context.bounds[party]]
 
-    def _expect(self, step: Step) -> None:
-        if self.step is not step:
-            raise ProtocolError(
-                f"the {self.role.value} is at step {self.step.name}, not {step.name}: a message out of order"
-            )
+    def _refuse_undecided(self) -> None:
+        if not self._decided:
+            raise ProtocolError(f"the {self.role.value} has not decided the present parties: it has no total yet")
 
 
 def _check_shape(context: BoundedContext, upload: LeaderUpload) -> None:

@@ -11,12 +11,11 @@ import pytest
 from fedfair.core.errors import AuthenticationError, ProtocolError
 from fedfair.pki import identity
 from fedfair.secagg.bounded import field
-from fedfair.secagg.bounded.exchange import Reveal
+from fedfair.secagg.bounded.exchange import Commitments, Reveal
 from fedfair.secagg.bounded.record import VerdictRecord, check_round_evidence, settle, sign_record
 from fedfair.secagg.bounded.shares import HelperShare
 from fedfair.secagg.bounded.upload import LeaderUpload, open_seed
 from fedfair.secagg.bounded.verifier import Evidence, VerifierMessage, sign
-from fedfair.secagg.bounded.verifying import Step
 from tests.secagg.bounded.roundkit import Round, new_round, over_bound, vector_at
 
 HONEST, LIAR, OTHER = 0, 1, 2
@@ -99,8 +98,10 @@ def test_a_verifier_revealing_another_message_than_it_committed_to_is_refused() 
     forged = Reveal(((party, data, identity.sign(game.aggregator_key, b"anything")),))
     with pytest.raises(AuthenticationError, match="not signed by the auditor"):
         game.leader.receive_reveal(forged)
-    assert game.leader.step is Step.REVEAL and not game.leader.verdicts  # refused, nothing decided
+    assert not game.leader.verdicts  # refused, nothing decided
     assert game.leader.receive_reveal(from_helper)[party].accepted
+    with pytest.raises(ProtocolError, match="its messages twice"):
+        game.leader.receive_reveal(from_helper)
 
 
 def test_a_query_seed_half_other_than_the_committed_one_is_refused() -> None:
@@ -110,8 +111,29 @@ def test_a_query_seed_half_other_than_the_committed_one_is_refused() -> None:
     helper_half = game.helper.receive_roster(rosters[0])
     with pytest.raises(ProtocolError, match="half of the query seed is not the one it committed to"):
         game.leader.receive_seed(dataclasses.replace(helper_half, half=bytes(32)))
-    with pytest.raises(ProtocolError, match="at step SEED, not UPLOADS"):
+    with pytest.raises(ProtocolError, match="closed its uploads already"):
         game.leader.close_uploads()
+    # A second roster could commit to another half once the leader's own is out: it is refused.
+    with pytest.raises(ProtocolError, match="its roster twice"):
+        game.leader.receive_roster(rosters[1])
+
+
+def test_each_verifier_step_refuses_what_it_has_and_asks_for_what_it_builds_on() -> None:
+    """The order is the runner's; a verifier still takes nothing twice from the other, nor before its basis."""
+    game = new_round({HONEST: 1.0})
+    leader_part, _ = game.upload(HONEST, np.zeros(game.context.dimension, np.int64))
+    with pytest.raises(ProtocolError, match="has not closed its uploads"):
+        game.leader.receive_roster(game.helper.close_uploads())
+    with pytest.raises(ProtocolError, match="no roster: its half has no commitment"):
+        game.leader.receive_seed(game.helper.receive_roster(game.leader.close_uploads()))
+    with pytest.raises(ProtocolError, match="after the aggregator closed the uploads"):
+        game.leader.receive_upload(leader_part)
+    with pytest.raises(ProtocolError, match="no query seed yet"):
+        game.leader.receive_commitments(Commitments(()))
+    with pytest.raises(ProtocolError, match="revealed no messages of its own"):
+        game.leader.receive_reveal(Reveal(()))
+    with pytest.raises(ProtocolError, match="has no total yet"):
+        game.leader.share_sum()
 
 
 def test_a_dispute_is_settled_from_the_two_parts_the_site_signed() -> None:
