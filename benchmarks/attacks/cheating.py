@@ -35,6 +35,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from attacks.hostile_client import Stage, named_stage, stage_name, stage_of
 from attacks.federation import (
     FixedTrainer,
     HonestCollaborators,
@@ -131,10 +132,14 @@ class Equivocation:
     def install(self, network: Network) -> None:
         board, gate = network.board, network.gate
         open_stage, open_gate = board.open_stage, gate.open
-        lied = (pb.STAGE_CONSISTENCY, pb.STAGE_UNMASK)
+        lied = (named_stage("STAGE_CONSISTENCY"), named_stage("STAGE_UNMASK"))
 
-        def cheating_gate(round_number: int, stage: pb.Stage, **options: Any) -> pb.Binding:
-            if round_number == LIE_ROUND and stage == pb.STAGE_UNMASK and options.get("participants") is not None:
+        def cheating_gate(round_number: int, stage: Stage, **options: Any) -> pb.Binding:
+            if (
+                round_number == LIE_ROUND
+                and stage == named_stage("STAGE_UNMASK")
+                and options.get("participants") is not None
+            ):
                 options["participants"] = {*options["participants"], self.viewer}
             return open_gate(round_number, stage, **options)
 
@@ -145,18 +150,18 @@ class Equivocation:
             handler: UploadHandler,
             **options: Any,
         ) -> None:
-            stage = binding.stage
+            stage = stage_of(binding)
             if binding.round == LIE_ROUND and stage in lied:
                 expected = {*expected, self.viewer}
                 inputs = self._lie(stage, expected, inputs)
-                handler = self._intercept(pb.Stage.Name(stage), handler)
+                handler = self._intercept(stage_name(stage), handler)
                 options["ready"] = None  # wait for the viewer's answer, however many shares the others gave
             open_stage(binding, expected, inputs, handler, **options)
 
         gate.open = cheating_gate  # type: ignore[method-assign]
         board.open_stage = cheating_open_stage  # type: ignore[method-assign]
 
-    def _lie(self, stage: int, expected: Any, inputs: bytes | Mapping[str, bytes]) -> Mapping[str, bytes]:
+    def _lie(self, stage: Stage, expected: Any, inputs: bytes | Mapping[str, bytes]) -> Mapping[str, bytes]:
         per_peer = {peer: inputs if isinstance(inputs, bytes) else inputs.get(peer, b"") for peer in expected}
         truth = next((payload for payload in per_peer.values() if payload), b"")
         if not truth:
@@ -177,7 +182,7 @@ class Equivocation:
         else:
             return per_peer
         per_peer[self.viewer] = lie.to_bytes()
-        self.lies_told.append(f"{pb.Stage.Name(stage)}: {type(message).__name__} without party {self.subject_id}")
+        self.lies_told.append(f"{stage_name(stage)}: {type(message).__name__} without party {self.subject_id}")
         return per_peer
 
     def _intercept(self, stage: str, handler: UploadHandler) -> UploadHandler:

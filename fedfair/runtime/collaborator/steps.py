@@ -41,18 +41,17 @@ from fedfair.runtime.collaborator.chain import InitialModel, ModelChain
 from fedfair.runtime.collaborator.figures import EvaluationFigures
 from fedfair.runtime.collaborator.input_record import SignedView
 from fedfair.runtime.collaborator.outcome import Excluded, OutcomeRecord
+from fedfair.core.update import update_dimension
 from fedfair.runtime.contract import (
     ACCEPTED,
     EVALUATION,
-    TRAINING,
     RoundParameters,
     Stages,
-    update_dimension,
 )
 from fedfair.runtime.manifest import Manifest
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
-from fedfair.runtime.transport import Pieces
+from fedfair.runtime.transport import EVALUATE, TRAIN, Pieces
 from fedfair.runtime.transport.chunks import plain_upload
 from fedfair.secagg import Client, EncodingConfig
 from fedfair.secagg.credentials import remembered
@@ -379,9 +378,9 @@ def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
     except ProtocolError as error:
         raise VerificationError(work.round, VerifyReason.MALFORMED, f"the tags are unreadable: {error}") from None
     verified = _take(work, spec, partial(spec.step, client, tags, _not_asked))
-    if work.stages is TRAINING and work.view.survivors is not None:
+    if work.stages.start == TRAIN and work.view.survivors is not None:
         me.chain.verified(work.round, verified, work.view.survivors, client.config.encoder)
-    elif work.stages is EVALUATION and work.view.survivors is not None:
+    elif work.stages.start == EVALUATE and work.view.survivors is not None:
         me.figures.verified(work.round, work.model, verified, work.view.survivors, client.config.encoder)
     return ACCEPTED
 

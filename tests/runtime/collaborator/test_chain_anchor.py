@@ -20,7 +20,8 @@ from fedfair.core.errors import UncheckedModelError
 from fedfair.runtime.collaborator.chain import ModelChain
 from fedfair.runtime.collaborator.chain_record import read_anchor
 from fedfair.runtime.collaborator.outcome import OutcomeRecord
-from fedfair.runtime.contract import model_download, update_dimension
+from fedfair.core.update import update_dimension
+from fedfair.runtime.contract import model_download
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import (
     AggregatorPlan,
