@@ -171,6 +171,12 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
     )
     if site.party in findings.accepted:
         return bytes(spec.step(site, record, _not_asked).to_bytes())
+    if site.party not in findings.liars:
+        raise RefusedError(
+            Refusal.WITHDRAWN,
+            "the verdict record leaves this site out as absent (the aggregator took no share of it this round), so its "
+            "update is not in the sum and there is no verifier message about it to dispute",
+        )
     where = f"the record's sha256 {digest}{'' if kept is None else f'; kept as {kept}'}"
     dispute = site.dispute()
     if dispute is not None:

@@ -110,7 +110,8 @@ class BoundedSite:
         aggregator's message is the true one, so the record's query seed is the one both verifiers drew.
 
         Raises:
-            ProtocolError: this site has checked no record this round, or the record accepts it.
+            ProtocolError: this site has checked no record this round, or the record does not exclude it (it accepts
+                it, or leaves it out as absent).
         """
         record = self._excluding_record()
         assert self._context is not None and self._upload is not None  # set by share, before any record
@@ -127,7 +128,8 @@ class BoundedSite:
         False: not the one this site's own share for the auditor gives under the record's query seed. This site cannot show it to anyone without that share, which with the aggregator's part is its update.
 
         Raises:
-            ProtocolError: this site has checked no record this round, or the record accepts it.
+            ProtocolError: this site has checked no record this round, or the record does not exclude it (it accepts
+                it, or leaves it out as absent).
         """
         record = self._excluding_record()
         assert self._context is not None and self._helper_share is not None  # set by share, before any record
@@ -142,6 +144,12 @@ class BoundedSite:
         record = self._record[1]
         if self.party in record.accepted:
             raise ProtocolError(f"the verdict record accepts party {self.party}: there is nothing to dispute")
+        if self.party not in record.excluded:
+            # Left out as absent: no verifier message about it, so neither verifier can be shown to have lied.
+            raise ProtocolError(
+                f"the verdict record neither accepts nor excludes party {self.party}: it leaves it out as absent, "
+                "with no verifier message to dispute"
+            )
         return record
 
     def framings(self, tag_set: TagSet) -> dict[int, Verdict]:
