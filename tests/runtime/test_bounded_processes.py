@@ -344,7 +344,11 @@ def test_an_auditor_that_frames_a_site_is_named_by_that_site_alone(tmp_path: Pat
     sites = {name: processes.collaborator(workspace, name) for name in NAMES}
     assert sites[framed].wait(240) == 2, processes.tail()
     said = "\n".join(sites[framed].lines)
-    assert "aggregate-refused: round 1:" in said and "FRAMED" in said and "the auditor framed it" in said, said[-3000:]
+    assert (
+        "aggregate-refused: round 1:" in said
+        and "FRAMED" in said
+        and "the auditor framed it, or the aggregator wrote a false query seed" in said
+    ), said[-3000:]
     assert aggregator.wait(300) == 0, processes.tail()
     log = read_round_log(workspace.output)
     assert [record["status"] for record in log] == ["applied"] * ROUNDS, processes.tail()

@@ -237,3 +237,47 @@ def test_a_site_that_signs_its_two_parts_apart_is_refused_at_share(monkeypatch: 
     inputs = {party: np.zeros(DIMENSION, dtype=np.int64) for party in (HONEST, LIAR, OTHER)}
     with pytest.raises(ProtocolError, match="party 1 signed its two parts apart"):
         simulated(inputs, dict.fromkeys(inputs, 1.0))
+
+
+def test_a_false_query_seed_lets_the_aggregator_alone_pass_its_framing_off_as_the_auditors() -> None:
+    """Nothing the auditor signed binds the record's query seed: an aggregator that accepted an honest site with the
+    auditor can write another seed in the record, its own message about the site recomputed under it, and mark the
+    site excluded. The record checks, the site has no dispute (the aggregator's message is the one its part gives
+    under that seed), and the auditor's true message is not the one the site's share for the auditor gives under it:
+    what the site sees is what an auditor that framed it would show, so the site must not name the auditor alone."""
+    game = new_round({HONEST: 1.0, LIAR: 1.0, OTHER: 1.0})
+    victim = LIAR  # honest here: the aggregator frames it
+    parts = {}
+    for party in (HONEST, victim, OTHER):
+        encoded = vector_at(0.5 * np.sqrt(game.context.bounds[party]), game.context.dimension, party)
+        parts[party] = game.upload(party, np.round(encoded).astype(np.int64))
+        game.leader.receive_upload(parts[party][0])
+        game.helper.receive_upload(parts[party][1])
+    from_leader, from_helper = game.exchange_until_reveal()
+    game.leader.receive_reveal(from_helper)
+    game.helper.receive_reveal(from_leader)
+    game.leader.finish(game.helper.auditor_total())
+    honest_record = game.leader.record()
+    assert victim in honest_record.accepted  # both verifiers accepted it under the seed they drew
+
+    seed = bytes(range(32))
+    layout = game.context.layout(victim)
+    moved = Verifier(layout, Role.LEADER, seed).receive(victim, parts[victim][0].share)
+    data, signature = sign(game.aggregator_key, game.context.digest, moved)
+    item = honest_record.evidence[victim]
+    evidence = {
+        **honest_record.evidence,
+        victim: dataclasses.replace(item, leader_message=data, leader_signature=signature),
+    }
+    accepted = tuple(party for party in honest_record.accepted if party != victim)
+    record = resigned(
+        game, honest_record, query_seed=seed, accepted=accepted, excluded={victim: ("moved",)}, evidence=evidence
+    )
+    findings = check_round_evidence(game.context, record, keys_of(game))
+    assert findings.accepted == accepted and set(findings.liars) == {victim}
+    key = game.site_keys[victim].public_key()
+    with pytest.raises(ProtocolError, match="its own proof failed"):
+        framing(game.context, record, Dispute(parts[victim][0]), key)  # no dispute to show
+    helper_share = open_seed(game.context, parts[victim][1], game.auditor_cipher, key)
+    auditors = Verifier(layout, Role.HELPER, seed).receive(victim, helper_share)
+    assert auditors.to_bytes() != item.helper_message  # the honest auditor's message looks false to the site

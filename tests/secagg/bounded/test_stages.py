@@ -138,6 +138,6 @@ def test_a_site_a_record_leaves_out_as_absent_has_nothing_to_dispute_and_says_so
     assert isinstance(dropped, BoundedSite)
     findings = dropped.check(record)
     assert 3 not in findings.accepted and 3 not in findings.liars
-    for asked in (dropped.dispute, dropped.auditor_framed):
+    for asked in (dropped.dispute, dropped.auditor_message_false):
         with pytest.raises(ProtocolError, match="neither accepts nor excludes party 3"):
             asked()
