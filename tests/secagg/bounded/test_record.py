@@ -16,7 +16,7 @@ from fedfair.secagg.bounded.exchange import Commitments, Reveal
 from fedfair.secagg.bounded.record import Dispute, VerdictRecord, check_round_evidence, framing, sign_record
 from fedfair.secagg.bounded.shares import HelperShare, LeaderShare
 from fedfair.secagg.bounded.total import decide_upload
-from fedfair.secagg.bounded.upload import LeaderUpload, open_seed
+from fedfair.secagg.bounded.upload import LeaderUpload, SealedSeed, open_seed
 from fedfair.secagg.bounded.verifier import Role, Verifier, VerifierMessage, sign
 from tests.secagg.bounded.roundkit import DIMENSION, Round, new_round, over_bound, simulated, vector_at
 
@@ -150,6 +150,22 @@ def test_each_verifier_step_refuses_what_it_has_and_asks_for_what_it_builds_on()
         game.leader.share_sum()
 
 
+def three_honest_sites_decided() -> tuple[Round, dict[int, tuple[LeaderUpload, SealedSeed]]]:
+    """Three honest sites' parts, within their bounds, received and decided by both verifiers; and the parts."""
+    game = new_round({HONEST: 1.0, LIAR: 1.0, OTHER: 1.0})
+    parts = {}
+    for party in (HONEST, LIAR, OTHER):
+        encoded = vector_at(0.5 * np.sqrt(game.context.bounds[party]), game.context.dimension, party)
+        parts[party] = game.upload(party, np.round(encoded).astype(np.int64))
+        game.leader.receive_upload(parts[party][0])
+        game.helper.receive_upload(parts[party][1])
+    from_leader, from_helper = game.exchange_until_reveal()
+    game.leader.receive_reveal(from_helper)
+    game.helper.receive_reveal(from_leader)
+    game.leader.finish(game.helper.auditor_total())
+    return game, parts
+
+
 def framed_round(monkeypatch: pytest.MonkeyPatch) -> tuple[Round, VerdictRecord, Dispute]:
     """Three honest sites; the aggregator's message about the second has one output moved before it commits to it, so
     both verifiers reject the second; and the second's dispute: the part it sent the aggregator."""
@@ -165,17 +181,7 @@ def framed_round(monkeypatch: pytest.MonkeyPatch) -> tuple[Round, VerdictRecord,
         return message
 
     monkeypatch.setattr(Verifier, "receive", moved)
-    game = new_round({HONEST: 1.0, LIAR: 1.0, OTHER: 1.0})
-    parts = {}
-    for party in (HONEST, LIAR, OTHER):
-        encoded = vector_at(0.5 * np.sqrt(game.context.bounds[party]), game.context.dimension, party)
-        parts[party] = game.upload(party, np.round(encoded).astype(np.int64))
-        game.leader.receive_upload(parts[party][0])
-        game.helper.receive_upload(parts[party][1])
-    from_leader, from_helper = game.exchange_until_reveal()
-    game.leader.receive_reveal(from_helper)
-    game.helper.receive_reveal(from_leader)
-    game.leader.finish(game.helper.auditor_total())
+    game, parts = three_honest_sites_decided()
     monkeypatch.undo()  # the message is recomputed honestly from here on
     return game, game.leader.record(), Dispute(parts[LIAR][0])
 
@@ -245,18 +251,8 @@ def test_a_false_query_seed_lets_the_aggregator_alone_pass_its_framing_off_as_th
     site excluded. The record checks, the site has no dispute (the aggregator's message is the one its part gives
     under that seed), and the auditor's true message is not the one the site's share for the auditor gives under it:
     what the site sees is what an auditor that framed it would show, so the site must not name the auditor alone."""
-    game = new_round({HONEST: 1.0, LIAR: 1.0, OTHER: 1.0})
+    game, parts = three_honest_sites_decided()
     victim = LIAR  # honest here: the aggregator frames it
-    parts = {}
-    for party in (HONEST, victim, OTHER):
-        encoded = vector_at(0.5 * np.sqrt(game.context.bounds[party]), game.context.dimension, party)
-        parts[party] = game.upload(party, np.round(encoded).astype(np.int64))
-        game.leader.receive_upload(parts[party][0])
-        game.helper.receive_upload(parts[party][1])
-    from_leader, from_helper = game.exchange_until_reveal()
-    game.leader.receive_reveal(from_helper)
-    game.helper.receive_reveal(from_leader)
-    game.leader.finish(game.helper.auditor_total())
     honest_record = game.leader.record()
     assert victim in honest_record.accepted  # both verifiers accepted it under the seed they drew
 
