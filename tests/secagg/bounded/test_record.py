@@ -150,11 +150,13 @@ def test_each_verifier_step_refuses_what_it_has_and_asks_for_what_it_builds_on()
         game.leader.share_sum()
 
 
-def three_honest_sites_decided() -> tuple[Round, dict[int, tuple[LeaderUpload, SealedSeed]]]:
-    """Three honest sites' parts, within their bounds, received and decided by both verifiers; and the parts."""
-    game = new_round({HONEST: 1.0, LIAR: 1.0, OTHER: 1.0})
+def honest_sites_decided(
+    sites: tuple[int, ...] = (HONEST, LIAR, OTHER),
+) -> tuple[Round, dict[int, tuple[LeaderUpload, SealedSeed]]]:
+    """Honest sites' parts, within their bounds, received and decided by both verifiers; and the parts."""
+    game = new_round(dict.fromkeys(sites, 1.0))
     parts = {}
-    for party in (HONEST, LIAR, OTHER):
+    for party in sites:
         encoded = vector_at(0.5 * np.sqrt(game.context.bounds[party]), game.context.dimension, party)
         parts[party] = game.upload(party, np.round(encoded).astype(np.int64))
         game.leader.receive_upload(parts[party][0])
@@ -166,14 +168,16 @@ def three_honest_sites_decided() -> tuple[Round, dict[int, tuple[LeaderUpload, S
     return game, parts
 
 
-def framed_round(monkeypatch: pytest.MonkeyPatch) -> tuple[Round, VerdictRecord, Dispute]:
-    """Three honest sites; the aggregator's message about the second has one output moved before it commits to it, so
-    both verifiers reject the second; and the second's dispute: the part it sent the aggregator."""
+def framed_round(
+    monkeypatch: pytest.MonkeyPatch, framed: tuple[int, ...] = (LIAR,), sites: tuple[int, ...] = (HONEST, LIAR, OTHER)
+) -> tuple[Round, VerdictRecord, dict[int, Dispute]]:
+    """Honest sites; the aggregator's message about each of ``framed`` (the second) has one output moved before it
+    commits to it, so both verifiers reject it; and each one's dispute: the part it sent the aggregator."""
     receive = Verifier.receive
 
     def moved(verifier: Verifier, party: int, share: LeaderShare | HelperShare) -> VerifierMessage:
         message = receive(verifier, party, share)
-        if verifier.role is Role.LEADER and party == LIAR:
+        if verifier.role is Role.LEADER and party in framed:
             outputs = message.share.outputs.copy()
             outputs[0] = (int(outputs[0]) + 1) % field.P
             message = dataclasses.replace(message, share=dataclasses.replace(message.share, outputs=outputs))
@@ -181,15 +185,16 @@ def framed_round(monkeypatch: pytest.MonkeyPatch) -> tuple[Round, VerdictRecord,
         return message
 
     monkeypatch.setattr(Verifier, "receive", moved)
-    game, parts = three_honest_sites_decided()
+    game, parts = honest_sites_decided(sites)
     monkeypatch.undo()  # the message is recomputed honestly from here on
-    return game, game.leader.record(), Dispute(parts[LIAR][0])
+    return game, game.leader.record(), {party: Dispute(parts[party][0]) for party in framed}
 
 
 def test_a_framed_site_shows_the_aggregators_message_false_with_its_own_part_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    game, record, dispute = framed_round(monkeypatch)
+    game, record, disputes = framed_round(monkeypatch)
+    dispute = disputes[LIAR]
     key = game.site_keys[LIAR].public_key()
     findings = check_round_evidence(game.context, record, keys_of(game))
     assert findings.accepted == (HONEST, OTHER) and set(findings.liars) == {LIAR}  # the evidence alone brands it
@@ -198,6 +203,21 @@ def test_a_framed_site_shows_the_aggregators_message_false_with_its_own_part_alo
     assert isinstance(decide_upload(dispute.to_bytes()), Dispute)
     with pytest.raises(AuthenticationError, match="not signed by it"):
         framing(game.context, record, dispute, game.site_keys[HONEST].public_key())
+
+
+def test_an_aggregator_that_frames_two_sites_is_shown_by_each_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each framed site's dispute holds on its own part and clears it; neither needs the other's. (Four sites: two
+    left of three would be below the floor of 2, and the auditor signs no total.)"""
+    game, record, disputes = framed_round(monkeypatch, (LIAR, OTHER), (HONEST, LIAR, OTHER, 3))
+    findings = check_round_evidence(game.context, record, keys_of(game))
+    assert findings.accepted == (HONEST, 3) and set(findings.liars) == {LIAR, OTHER}
+    for party, dispute in disputes.items():
+        verdict = framing(game.context, record, dispute, game.site_keys[party].public_key())
+        assert verdict.accepted and verdict.party == party
+    # One framed site cannot show the other's part as its own: the part is signed for its party.
+    borrowed = Dispute(dataclasses.replace(disputes[OTHER].upload, party=LIAR))
+    with pytest.raises(AuthenticationError, match="not signed by it"):
+        framing(game.context, record, borrowed, game.site_keys[LIAR].public_key())
 
 
 def test_a_message_filed_under_a_part_the_site_never_signed_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -251,7 +271,7 @@ def test_a_false_query_seed_lets_the_aggregator_alone_pass_its_framing_off_as_th
     site excluded. The record checks, the site has no dispute (the aggregator's message is the one its part gives
     under that seed), and the auditor's true message is not the one the site's share for the auditor gives under it:
     what the site sees is what an auditor that framed it would show, so the site must not name the auditor alone."""
-    game, parts = three_honest_sites_decided()
+    game, parts = honest_sites_decided()
     victim = LIAR  # honest here: the aggregator frames it
     honest_record = game.leader.record()
     assert victim in honest_record.accepted  # both verifiers accepted it under the seed they drew
