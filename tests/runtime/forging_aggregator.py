@@ -1,5 +1,5 @@
 """A forging aggregator process: ``python forging_aggregator.py PLAN ROUND [sum|model|evaluation|initial|bounded|
-one-share|one-share-to-all|frame|tamper-one]``: attacks that verification stops.
+one-share|one-share-to-all|frame|false-seed|tamper-one]``: attacks that verification stops.
 
 It runs the real aggregator (``fedfair aggregator start --plan PLAN``) rewritten for training round ROUND.
 ``sum`` (the default): the unmasked sum has a word moved before it is decoded, so the model it applies is not
@@ -16,7 +16,9 @@ site-a alone. ``one-share-to-all``: as ``one-share``, with its own floor on the 
 verdict record sent to every site (the dropped ones too), so that each site's own check is what stands. ``frame``:
 under a two-verifier input bound, the aggregator's verifier message about site-b is moved in round 1, so both
 verifiers reject site-b's honest proof (ROUND is ignored); ``python forging_aggregator.py --framing-auditor ARGS`` is
-``fedfair auditor start ARGS`` with the auditor's message moved instead. ``tamper-one``: under a two-verifier input
+``fedfair auditor start ARGS`` with the auditor's message moved instead. ``false-seed``: under a two-verifier input bound, the verdict record of round 1 carries another query seed
+than the one both verifiers drew, the aggregator's message about site-b recomputed under it, and site-b excluded
+(ROUND is ignored): site-b sees what an auditor that framed it would show. ``tamper-one``: under a two-verifier input
 bound, the verdict record sent to site-c in round 1 has a byte of its total moved (ROUND is ignored). Used by
 tests/runtime/test_verified_sums.py and tests/runtime/test_bounded_processes.py.
 """
@@ -40,11 +42,12 @@ from fedfair.runtime.contract import BOUNDED_TRAINING, EVALUATION, TRAINING, Sta
 from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded import server as bounded_server
 from fedfair.secagg.bounded.context import BoundedContext
-from fedfair.secagg.bounded.record import VerdictRecord
+from fedfair.secagg.bounded.record import VerdictRecord, sign_record
+from fedfair.secagg.bounded.shares import LeaderShare
 from fedfair.secagg.bounded.upload import LeaderUpload, SealedSeed
 from fedfair.secagg.bounded.exchange import Commitments, SeedReveal
 from fedfair.secagg.bounded.messages import Encoded
-from fedfair.secagg.bounded.verifier import Role
+from fedfair.secagg.bounded.verifier import Role, Verifier, sign
 from fedfair.secagg.bounded.verifying import RoundVerifier
 from fedfair.secagg.bounded.stages import BoundedStage
 from fedfair.secagg.round import AnyStage, Opening, ServerOrder
@@ -146,6 +149,44 @@ def frame(role: Role) -> None:
     setattr(RoundVerifier, "receive_seed", moved)  # noqa: B010 -- the rewrite is the attack
 
 
+def false_seed() -> None:
+    """Rewrite the aggregator's verifier so round 1's verdict record carries another query seed than the one both
+    verifiers drew, the aggregator's message about site-b (party 2) recomputed under it and signed, and site-b moved
+    from accepted to excluded: the record checks at every site, site-b has no dispute, and the honest auditor's
+    message about it is not the one site-b's share for the auditor gives under the record's seed."""
+    receive_upload, record = RoundVerifier.receive_upload, RoundVerifier.record
+    first = session_round(1, BOUNDED_TRAINING)
+    framed = 2
+    kept: dict[bytes, LeaderShare] = {}  # site-b's part, by round context: the verifier drops it once decided
+
+    def keeping(verifier: RoundVerifier, upload: LeaderUpload | SealedSeed) -> None:
+        receive_upload(verifier, upload)
+        if isinstance(upload, LeaderUpload) and upload.party == framed:
+            kept[verifier.context.digest] = upload.share
+
+    def falsely_seeded(verifier: RoundVerifier) -> VerdictRecord:
+        made = record(verifier)
+        context = verifier.context
+        if context.round != first or framed not in made.accepted:
+            return made
+        seed = bytes(32)
+        share = kept[context.digest]
+        message = Verifier(context.layout(framed), Role.LEADER, seed).receive(framed, share)
+        data, signature = sign(verifier._identity_key, context.digest, message)
+        evidence = {
+            **made.evidence,
+            framed: dataclasses.replace(made.evidence[framed], leader_message=data, leader_signature=signature),
+        }
+        accepted = tuple(party for party in made.accepted if party != framed)
+        moved = dataclasses.replace(
+            made, query_seed=seed, accepted=accepted, excluded={**made.excluded, framed: ("moved",)}, evidence=evidence
+        )
+        return sign_record(context, verifier._identity_key, moved)
+
+    setattr(RoundVerifier, "receive_upload", keeping)  # noqa: B010 -- the rewrite is the attack
+    setattr(RoundVerifier, "record", falsely_seeded)  # noqa: B010
+
+
 def tamper_one() -> None:
     """Rewrite the aggregator's round order so the verdict record TOTAL's close sends site-c (party 3 of round 1's
     roster) in round 1 has one byte of its total moved, its signature unchanged; every other party is sent the record
@@ -216,6 +257,8 @@ if __name__ == "__main__":
         forge_bounded(forged_round)
     elif sys.argv[3:] == ["frame"]:
         frame(Role.LEADER)
+    elif sys.argv[3:] == ["false-seed"]:
+        false_seed()
     elif sys.argv[3:] == ["tamper-one"]:
         tamper_one()
     elif sys.argv[3:] in (["one-share"], ["one-share-to-all"]):

@@ -344,7 +344,11 @@ def test_an_auditor_that_frames_a_site_is_named_by_that_site_alone(tmp_path: Pat
     sites = {name: processes.collaborator(workspace, name) for name in NAMES}
     assert sites[framed].wait(240) == 2, processes.tail()
     said = "\n".join(sites[framed].lines)
-    assert "aggregate-refused: round 1:" in said and "FRAMED" in said and "the auditor framed it" in said, said[-3000:]
+    assert (
+        "aggregate-refused: round 1:" in said
+        and "FRAMED" in said
+        and "the auditor framed it, or the aggregator wrote a false query seed" in said
+    ), said[-3000:]
     assert aggregator.wait(300) == 0, processes.tail()
     log = read_round_log(workspace.output)
     assert [record["status"] for record in log] == ["applied"] * ROUNDS, processes.tail()
@@ -352,3 +356,26 @@ def test_an_auditor_that_frames_a_site_is_named_by_that_site_alone(tmp_path: Pat
     for name in honest:
         assert sites[name].wait(60) == 0, processes.tail()
         assert any(f"the verdict record names {framed}" in line for line in sites[name].lines), processes.tail()
+
+
+@pytest.mark.slow
+def test_an_aggregator_that_writes_a_false_query_seed_is_not_passed_off_as_the_auditor(
+    tmp_path: Path, processes: Processes
+) -> None:
+    """Red team of issue 94: nothing the auditor signs binds the verdict record's query seed, so the aggregator alone
+    writes another seed in round 1's record, its own message about honest site-b recomputed under it, and site-b
+    excluded (forging_aggregator.py, ``false-seed``). The record checks and site-b has no dispute; the honest auditor's
+    message is not the one site-b's share gives under that seed. Site-b stops (FRAMED, exit 2) naming both verifiers,
+    not the auditor alone, and no other site names site-b a liar (liars are named at VERIFY, which this round, its
+    tags withheld by the auditor from a record that accepts fewer sites than its total covers, never reaches)."""
+    framed = "site-b"
+    workspace = bounded_workspace(tmp_path)
+    forging_aggregator(processes, workspace, "false-seed")
+    start_auditor(processes, workspace)
+    sites = {name: processes.collaborator(workspace, name) for name in NAMES}
+    assert sites[framed].wait(240) == 2, processes.tail()
+    said = "\n".join(sites[framed].lines)
+    assert "aggregate-refused: round 1:" in said and "FRAMED" in said, said[-3000:]
+    assert "the auditor framed it, or the aggregator wrote a false query seed" in said, said[-3000:]
+    for name in ("site-a", "site-c"):
+        assert f"the verdict record names {framed}" not in "\n".join(sites[name].lines), processes.tail()

@@ -132,14 +132,16 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
     names, and the total it commits the aggregator to, can be shown later. The liars are named at VERIFY, once every
     excluded site's dispute is in (:func:`verify`). A site the record leaves out disputes it when the aggregator's own
     message about it is the false one (:meth:`BoundedSite.dispute`): it uploads the part it sent the aggregator, which
-    every accepted site is shown at VERIFY, then stops (FRAMED) instead of withdrawing as a liar. One the auditor's false
-    message leaves out stops (FRAMED) naming the auditor, and shows nothing: that would take its update.
+    every accepted site is shown at VERIFY, then stops (FRAMED) instead of withdrawing as a liar. One the auditor's
+    message leaves out, where that message is not the one its share gives under the record's query seed, stops
+    (FRAMED) naming the auditor or a false seed from the aggregator (it cannot tell which), and shows nothing: that
+    would take its update.
 
     Raises:
         VerificationError: the record does not hold up against both verifiers' signed evidence and the auditor's
             signed total (FORGED), is unreadable (MALFORMED), or accepts fewer sites than the plan's threshold
             (BELOW_FLOOR): the aggregator misbehaves, and the process stops rather than withdraw; FRAMED, the auditor's
-            message about this site is false.
+            message about this site is false, or the record's query seed is.
         RefusedError: reason :attr:`Refusal.WITHDRAWN` when this site did not share this round, or the record names
             it a liar and it cannot show otherwise (its update is not in the sum).
     """
@@ -171,6 +173,12 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
     )
     if site.party in findings.accepted:
         return bytes(spec.step(site, record, _not_asked).to_bytes())
+    if site.party not in findings.liars:
+        raise RefusedError(
+            Refusal.WITHDRAWN,
+            "the verdict record leaves this site out as absent (the aggregator took no share of it this round), so its "
+            "update is not in the sum and there is no verifier message about it to dispute",
+        )
     where = f"the record's sha256 {digest}{'' if kept is None else f'; kept as {kept}'}"
     dispute = site.dispute()
     if dispute is not None:
@@ -182,12 +190,14 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
             f"accepted site ({where})",
         )
         return dispute.to_bytes()
-    if site.auditor_framed():
+    if site.auditor_message_false():
         raise VerificationError(
             work.round,
             VerifyReason.FRAMED,
             "the verdict record names this site a liar, but the auditor's signed verifier message about it is not the "
-            "one this site's share for the auditor gives: the auditor framed it. Showing it would take that share, "
+            "one this site's share for the auditor gives under the record's query seed: the auditor framed it, or the "
+            "aggregator wrote a false query seed in the record (nothing the auditor signed binds the seed), and this "
+            "site cannot tell which. Showing it would take that share, "
             "which with the aggregator's part is this site's update, so it is shown to nobody; the other sites name "
             f"this site a liar for round {work.round} (docs/security.md, 'A framed site'; {where})",
         )

@@ -107,10 +107,12 @@ class BoundedSite:
 
         False: not the one the part this site sent the aggregator gives under the record's query seed
         (:func:`framing`); the aggregator is then shown to lie whatever the verdict with the true message. None: the
-        aggregator's message is the true one, so the record's query seed is the one both verifiers drew.
+        aggregator's message is the one the part gives under the record's query seed, a seed the aggregator alone
+        writes there (:meth:`auditor_message_false`).
 
         Raises:
-            ProtocolError: this site has checked no record this round, or the record accepts it.
+            ProtocolError: this site has checked no record this round, or the record does not exclude it (it accepts
+                it, or leaves it out as absent).
         """
         record = self._excluding_record()
         assert self._context is not None and self._upload is not None  # set by share, before any record
@@ -121,13 +123,18 @@ class BoundedSite:
             return None
         return dispute
 
-    def auditor_framed(self) -> bool:
-        """DECIDE, for an excluded site with no :meth:`dispute`: whether the auditor's message about it is false.
+    def auditor_message_false(self) -> bool:
+        """DECIDE, for an excluded site with no :meth:`dispute`: whether the auditor's message about it looks false.
 
-        False: not the one this site's own share for the auditor gives under the record's query seed. This site cannot show it to anyone without that share, which with the aggregator's part is its update.
+        False: not the one this site's own share for the auditor gives under the record's query seed. Then the auditor
+        framed this site, or the aggregator wrote another query seed in the record than the one both verifiers drew,
+        its own message recomputed under it: nothing the auditor signed binds the seed, so this site cannot tell which
+        of the two lied. It cannot show either to anyone without that share, which with the aggregator's part is its
+        update.
 
         Raises:
-            ProtocolError: this site has checked no record this round, or the record accepts it.
+            ProtocolError: this site has checked no record this round, or the record does not exclude it (it accepts
+                it, or leaves it out as absent).
         """
         record = self._excluding_record()
         assert self._context is not None and self._helper_share is not None  # set by share, before any record
@@ -142,6 +149,12 @@ class BoundedSite:
         record = self._record[1]
         if self.party in record.accepted:
             raise ProtocolError(f"the verdict record accepts party {self.party}: there is nothing to dispute")
+        if self.party not in record.excluded:
+            # Left out as absent: no verifier message about it, so neither verifier can be shown to have lied.
+            raise ProtocolError(
+                f"the verdict record neither accepts nor excludes party {self.party}: it leaves it out as absent, "
+                "with no verifier message to dispute"
+            )
         return record
 
     def framings(self, tag_set: TagSet) -> dict[int, Verdict]:

@@ -53,7 +53,7 @@ class VerifierMessage:
     received: the digest of the part this verifier received, as the party signed it
     (:func:`~fedfair.secagg.bounded.upload.leader_digest` or :func:`~fedfair.secagg.bounded.upload.helper_digest`):
     the message is a function of that part and the round's query seed alone, so a party that shows the part with this
-    digest shows what the message should have been (:func:`~fedfair.secagg.bounded.record.check_dispute`).
+    digest shows what the message should have been (:func:`~fedfair.secagg.bounded.record.framing`).
     """
 
     party: int

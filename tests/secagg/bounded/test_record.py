@@ -16,7 +16,7 @@ from fedfair.secagg.bounded.exchange import Commitments, Reveal
 from fedfair.secagg.bounded.record import Dispute, VerdictRecord, check_round_evidence, framing, sign_record
 from fedfair.secagg.bounded.shares import HelperShare, LeaderShare
 from fedfair.secagg.bounded.total import decide_upload
-from fedfair.secagg.bounded.upload import LeaderUpload, open_seed
+from fedfair.secagg.bounded.upload import LeaderUpload, SealedSeed, open_seed
 from fedfair.secagg.bounded.verifier import Role, Verifier, VerifierMessage, sign
 from tests.secagg.bounded.roundkit import DIMENSION, Round, new_round, over_bound, simulated, vector_at
 
@@ -150,24 +150,13 @@ def test_each_verifier_step_refuses_what_it_has_and_asks_for_what_it_builds_on()
         game.leader.share_sum()
 
 
-def framed_round(monkeypatch: pytest.MonkeyPatch) -> tuple[Round, VerdictRecord, Dispute]:
-    """Three honest sites; the aggregator's message about the second has one output moved before it commits to it, so
-    both verifiers reject the second; and the second's dispute: the part it sent the aggregator."""
-    receive = Verifier.receive
-
-    def moved(verifier: Verifier, party: int, share: LeaderShare | HelperShare) -> VerifierMessage:
-        message = receive(verifier, party, share)
-        if verifier.role is Role.LEADER and party == LIAR:
-            outputs = message.share.outputs.copy()
-            outputs[0] = (int(outputs[0]) + 1) % field.P
-            message = dataclasses.replace(message, share=dataclasses.replace(message.share, outputs=outputs))
-            verifier._pending[party] = (verifier._pending[party][0], message)
-        return message
-
-    monkeypatch.setattr(Verifier, "receive", moved)
-    game = new_round({HONEST: 1.0, LIAR: 1.0, OTHER: 1.0})
+def honest_sites_decided(
+    sites: tuple[int, ...] = (HONEST, LIAR, OTHER),
+) -> tuple[Round, dict[int, tuple[LeaderUpload, SealedSeed]]]:
+    """Honest sites' parts, within their bounds, received and decided by both verifiers; and the parts."""
+    game = new_round(dict.fromkeys(sites, 1.0))
     parts = {}
-    for party in (HONEST, LIAR, OTHER):
+    for party in sites:
         encoded = vector_at(0.5 * np.sqrt(game.context.bounds[party]), game.context.dimension, party)
         parts[party] = game.upload(party, np.round(encoded).astype(np.int64))
         game.leader.receive_upload(parts[party][0])
@@ -176,14 +165,36 @@ def framed_round(monkeypatch: pytest.MonkeyPatch) -> tuple[Round, VerdictRecord,
     game.leader.receive_reveal(from_helper)
     game.helper.receive_reveal(from_leader)
     game.leader.finish(game.helper.auditor_total())
+    return game, parts
+
+
+def framed_round(
+    monkeypatch: pytest.MonkeyPatch, framed: tuple[int, ...] = (LIAR,), sites: tuple[int, ...] = (HONEST, LIAR, OTHER)
+) -> tuple[Round, VerdictRecord, dict[int, Dispute]]:
+    """Honest sites; the aggregator's message about each of ``framed`` (the second) has one output moved before it
+    commits to it, so both verifiers reject it; and each one's dispute: the part it sent the aggregator."""
+    receive = Verifier.receive
+
+    def moved(verifier: Verifier, party: int, share: LeaderShare | HelperShare) -> VerifierMessage:
+        message = receive(verifier, party, share)
+        if verifier.role is Role.LEADER and party in framed:
+            outputs = message.share.outputs.copy()
+            outputs[0] = (int(outputs[0]) + 1) % field.P
+            message = dataclasses.replace(message, share=dataclasses.replace(message.share, outputs=outputs))
+            verifier._pending[party] = (verifier._pending[party][0], message)
+        return message
+
+    monkeypatch.setattr(Verifier, "receive", moved)
+    game, parts = honest_sites_decided(sites)
     monkeypatch.undo()  # the message is recomputed honestly from here on
-    return game, game.leader.record(), Dispute(parts[LIAR][0])
+    return game, game.leader.record(), {party: Dispute(parts[party][0]) for party in framed}
 
 
 def test_a_framed_site_shows_the_aggregators_message_false_with_its_own_part_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    game, record, dispute = framed_round(monkeypatch)
+    game, record, disputes = framed_round(monkeypatch)
+    dispute = disputes[LIAR]
     key = game.site_keys[LIAR].public_key()
     findings = check_round_evidence(game.context, record, keys_of(game))
     assert findings.accepted == (HONEST, OTHER) and set(findings.liars) == {LIAR}  # the evidence alone brands it
@@ -192,6 +203,21 @@ def test_a_framed_site_shows_the_aggregators_message_false_with_its_own_part_alo
     assert isinstance(decide_upload(dispute.to_bytes()), Dispute)
     with pytest.raises(AuthenticationError, match="not signed by it"):
         framing(game.context, record, dispute, game.site_keys[HONEST].public_key())
+
+
+def test_an_aggregator_that_frames_two_sites_is_shown_by_each_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each framed site's dispute holds on its own part and clears it; neither needs the other's. (Four sites: two
+    left of three would be below the floor of 2, and the auditor signs no total.)"""
+    game, record, disputes = framed_round(monkeypatch, (LIAR, OTHER), (HONEST, LIAR, OTHER, 3))
+    findings = check_round_evidence(game.context, record, keys_of(game))
+    assert findings.accepted == (HONEST, 3) and set(findings.liars) == {LIAR, OTHER}
+    for party, dispute in disputes.items():
+        verdict = framing(game.context, record, dispute, game.site_keys[party].public_key())
+        assert verdict.accepted and verdict.party == party
+    # One framed site cannot show the other's part as its own: the part is signed for its party.
+    borrowed = Dispute(dataclasses.replace(disputes[OTHER].upload, party=LIAR))
+    with pytest.raises(AuthenticationError, match="not signed by it"):
+        framing(game.context, record, borrowed, game.site_keys[LIAR].public_key())
 
 
 def test_a_message_filed_under_a_part_the_site_never_signed_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -237,3 +263,37 @@ def test_a_site_that_signs_its_two_parts_apart_is_refused_at_share(monkeypatch: 
     inputs = {party: np.zeros(DIMENSION, dtype=np.int64) for party in (HONEST, LIAR, OTHER)}
     with pytest.raises(ProtocolError, match="party 1 signed its two parts apart"):
         simulated(inputs, dict.fromkeys(inputs, 1.0))
+
+
+def test_a_false_query_seed_lets_the_aggregator_alone_pass_its_framing_off_as_the_auditors() -> None:
+    """Nothing the auditor signed binds the record's query seed: an aggregator that accepted an honest site with the
+    auditor can write another seed in the record, its own message about the site recomputed under it, and mark the
+    site excluded. The record checks, the site has no dispute (the aggregator's message is the one its part gives
+    under that seed), and the auditor's true message is not the one the site's share for the auditor gives under it:
+    what the site sees is what an auditor that framed it would show, so the site must not name the auditor alone."""
+    game, parts = honest_sites_decided()
+    victim = LIAR  # honest here: the aggregator frames it
+    honest_record = game.leader.record()
+    assert victim in honest_record.accepted  # both verifiers accepted it under the seed they drew
+
+    seed = bytes(range(32))
+    layout = game.context.layout(victim)
+    moved = Verifier(layout, Role.LEADER, seed).receive(victim, parts[victim][0].share)
+    data, signature = sign(game.aggregator_key, game.context.digest, moved)
+    item = honest_record.evidence[victim]
+    evidence = {
+        **honest_record.evidence,
+        victim: dataclasses.replace(item, leader_message=data, leader_signature=signature),
+    }
+    accepted = tuple(party for party in honest_record.accepted if party != victim)
+    record = resigned(
+        game, honest_record, query_seed=seed, accepted=accepted, excluded={victim: ("moved",)}, evidence=evidence
+    )
+    findings = check_round_evidence(game.context, record, keys_of(game))
+    assert findings.accepted == accepted and set(findings.liars) == {victim}
+    key = game.site_keys[victim].public_key()
+    with pytest.raises(ProtocolError, match="its own proof failed"):
+        framing(game.context, record, Dispute(parts[victim][0]), key)  # no dispute to show
+    helper_share = open_seed(game.context, parts[victim][1], game.auditor_cipher, key)
+    auditors = Verifier(layout, Role.HELPER, seed).receive(victim, helper_share)
+    assert auditors.to_bytes() != item.helper_message  # the honest auditor's message looks false to the site
