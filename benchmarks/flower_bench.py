@@ -16,10 +16,11 @@ the server exchange: every site dials the server through a relay in this process
 direction's bytes (TLS records, headers included). Final model equality: the largest relative difference of
 the suffix-averaged theta, and of c, between the two runs.
 
-    .venv/bin/python benchmarks/flower_bench.py --rounds 20 --repeats 2 --json benchmarks/results/flower_bench.json
+    nice -n 3 .venv/bin/python benchmarks/flower_bench.py --rounds 6 --json benchmarks/results/flower_bench.json
 
-Needs `make test-flower`'s environment (.venv-flower) for Flower's commands; runs niced, one repeat of each
-system after the other.
+Needs `make test-flower`'s environment (.venv-flower) for Flower's commands; one repeat of each system after the
+other. Nice it lightly, not by nice's default 10: a SuperNode's ClientApp process must send its first heartbeat
+within 30 s of being claimed, which a process at nice 10 on a host loaded far past its cores misses (docs/flower.md).
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ class Relay:
 
 
 class Parties:
-    """The parties of one run, each under `party`'s subreaper, niced, logging to a file."""
+    """The parties of one run, each under `party`'s subreaper, logging to a file."""
 
     def __init__(self, folder: Path, env: dict[str, str]) -> None:
         self.folder, self.env = folder, env
@@ -160,7 +161,7 @@ class Parties:
 
     def start(self, name: str, command: list[str]) -> None:
         log = (self.folder / f"{name}.log").open("wb")
-        wrapper = ["nice", sys.executable, __file__, "party", str(self.folder / f"{name}.cpu.json"), "--", *command]
+        wrapper = [sys.executable, __file__, "party", str(self.folder / f"{name}.cpu.json"), "--", *command]
         self.started[name] = subprocess.Popen(wrapper, stdout=log, stderr=subprocess.STDOUT, env=self.env)
 
     def wait(self, names: list[str], seconds: float) -> None:
@@ -347,7 +348,7 @@ def run_flower(settings: Settings, folder: Path, flower_bin: Path) -> Run:
     )
     try:
         done = subprocess.run(
-            ["nice", str(flower_bin / "flwr"), "run", str(EXAMPLE), "bench", "--stream", "--run-config", run_config],
+            [str(flower_bin / "flwr"), "run", str(EXAMPLE), "bench", "--stream", "--run-config", run_config],
             env=env,
             capture_output=True,
             text=True,
