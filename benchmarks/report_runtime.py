@@ -334,6 +334,41 @@ def federation_bench(name: str, document: Mapping[str, Any]) -> Section:
     )
 
 
+def flower_bench(name: str, document: Mapping[str, Any]) -> Section:
+    """fedfair's runtime and the Flower integration on one federation, interleaved: CPU per party, bytes, equality."""
+    settings, equality = document["settings"], document["equality"]
+    header = ["run", "wall (s)", "server CPU (s)", "site CPU, each (s)", "site to server per round (B)", "back (B)"]
+    rows = [
+        [
+            run["system"],
+            fixed(run["wall_seconds"], 1),
+            fixed(run["server_cpu_seconds"], 1),
+            ", ".join(fixed(seconds, 1) for seconds in run["site_cpu_seconds_each"]),
+            count(run["bytes_per_round_up"]),
+            count(run["bytes_per_round_down"]),
+        ]
+        for run in document["runs"]
+    ]
+    notes = [
+        "",
+        f"{settings['sites']} sites, {settings['rounds']} rounds of {settings['local_steps']} local step, b_k = "
+        f"round({settings['batch_fraction']} n_k), rho {settings['rho']}, epsilon {settings['epsilon']}, seed "
+        f"{settings['seed']}; fedfair's sums {'masked' if settings['secure'] else 'plain'}. Final model: the "
+        f"suffix-averaged theta differs by {equality['theta_average_relative']:.3g} relative between the two "
+        f"systems, c by {equality['c_average_difference']:.3g}; every repeat of a system gave the same model: "
+        f"{fixed(equality['repeats_identical'])}.",
+    ]
+    return Section(
+        "fedfair's runtime beside the Flower integration",
+        "One federation (the Flower example's model and Adult by race) run by fedfair's aggregator and collaborator "
+        "processes and by Flower's deployment engine (SuperLink, SuperNodes, `flwr run`) with `fedfair.flower`, "
+        "both over TLS, each system's repeats interleaved. CPU is each party's whole process tree (a subreaper "
+        "collects it; Flower's server includes the ServerApp, each site the ClientApp process it starts per "
+        "message); bytes are counted by a relay between the sites and the server, start-up and joining included.",
+        table(header, rows) + notes,
+    )
+
+
 def attack_matrix(name: str, document: Mapping[str, Any]) -> Section:
     """Attacks handled per way of attacking, the fuzz run's outcome, and every attack not handled."""
     methods: dict[str, list[bool]] = {}
