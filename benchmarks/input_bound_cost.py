@@ -152,7 +152,9 @@ def round_costs(parties: int, dimension: int) -> dict[str, Any]:
     if len(record) != trace.record_bytes:
         raise RuntimeError("the record's bytes are not the ones the sites downloaded")
     context = trace.context
-    check_cpu = fastest(lambda: check_round_evidence(context, VerdictRecord.from_bytes(record)), ROUND_REPEATS)
+    check_cpu = fastest(
+        lambda: check_round_evidence(context, VerdictRecord.from_bytes(record), trace.site_keys), ROUND_REPEATS
+    )
     return {
         "site_upload_cpu_s": min(upload_cpu),
         "site_check_cpu_s": check_cpu,

@@ -334,6 +334,41 @@ def federation_bench(name: str, document: Mapping[str, Any]) -> Section:
     )
 
 
+def flower_bench(name: str, document: Mapping[str, Any]) -> Section:
+    """fedfair's runtime and the Flower integration on one federation, interleaved: CPU per party, bytes, equality."""
+    settings, equality = document["settings"], document["equality"]
+    header = ["run", "wall (s)", "server CPU (s)", "site CPU, each (s)", "site to server per round (B)", "back (B)"]
+    rows = [
+        [
+            run["system"],
+            fixed(run["wall_seconds"], 1),
+            fixed(run["server_cpu_seconds"], 1),
+            ", ".join(fixed(seconds, 1) for seconds in run["site_cpu_seconds_each"]),
+            count(run["bytes_per_round_up"]),
+            count(run["bytes_per_round_down"]),
+        ]
+        for run in document["runs"]
+    ]
+    notes = [
+        "",
+        f"{settings['sites']} sites, {settings['rounds']} rounds of {settings['local_steps']} local step, b_k = "
+        f"round({settings['batch_fraction']} n_k), rho {settings['rho']}, epsilon {settings['epsilon']}, seed "
+        f"{settings['seed']}; fedfair's sums {'masked' if settings['secure'] else 'plain'}. Final model: the "
+        f"suffix-averaged theta differs by {equality['theta_average_relative']:.3g} relative between the two "
+        f"systems, c by {equality['c_average_difference']:.3g}; every repeat of a system gave the same model: "
+        f"{fixed(equality['repeats_identical'])}.",
+    ]
+    return Section(
+        "fedfair's runtime beside the Flower integration",
+        "One federation (the Flower example's model and Adult by race) run by fedfair's aggregator and collaborator "
+        "processes and by Flower's deployment engine (SuperLink, SuperNodes, `flwr run`) with `fedfair.flower`, "
+        "both over TLS, each system's repeats interleaved. CPU is each party's whole process tree (a subreaper "
+        "collects it; Flower's server includes the ServerApp, each site the ClientApp process it starts per "
+        "message); bytes are counted by a relay between the sites and the server, start-up and joining included.",
+        table(header, rows) + notes,
+    )
+
+
 def attack_matrix(name: str, document: Mapping[str, Any]) -> Section:
     """Attacks handled per way of attacking, the fuzz run's outcome, and every attack not handled."""
     methods: dict[str, list[bool]] = {}
@@ -440,4 +475,82 @@ def wire_width(name: str, document: Mapping[str, Any]) -> Section:
                 else []
             ),
         ],
+    )
+
+
+ROUND_CPU_GOAL = 1.10
+"""A secure round's CPU per party may be at most this many times the reference commit's (issue 97)."""
+
+
+def round_compare(name: str, document: Mapping[str, Any]) -> Section:
+    """Per size, this tree's secure round against the pinned reference: party CPU, peaks, then each step's CPU."""
+    results = document["results"]
+    header = ["d", "n", "secure party CPU (ms)", "reference (ms)", "ratio (each pair)", "within goal"]
+    header += ["peak MB, secure (reference)", "peak MB, plain (reference)"]
+    rows = [
+        [count(row["dimension"]), str(row["parties"])]
+        + [cpu_ms(row["head"]["secure_party_cpu_seconds"]), cpu_ms(row["reference"]["secure_party_cpu_seconds"])]
+        + [f"{ratio(row['secure_party_cpu_ratio'])} ({', '.join(fixed(v, 2) for v in row['secure_party_cpu_ratios'])})"]
+        + ["yes" if row["secure_party_cpu_ratio"] <= ROUND_CPU_GOAL else "no"]
+        + [
+            f"{peaks(row['head'][f'{setting}_peak_rss_mb_each'])} ({peaks(row['reference'][f'{setting}_peak_rss_mb_each'])})"
+            for setting in ("secure", "plain")
+        ]
+        for row in results
+    ]
+    steps = sorted({label for row in results for label in row["steps"]})
+    step_header = ["step of a party's secure round"]
+    for row in results:
+        step_header += [f"d = {count(row['dimension'])}, n = {row['parties']} (ms)", "reference (ms)"]
+    step_rows = [
+        [label] + [cpu_ms(row["steps"].get(label, {}).get(tree)) for row in results for tree in ("head", "reference")]
+        for label in steps
+    ]
+    notes = [
+        "",
+        f"{document['runs']} runs of each tree per size, alternating which runs first; the reference is commit "
+        f"{document['reference']}. Goal: a secure round's CPU per party at most {ROUND_CPU_GOAL:.2f}× the "
+        "reference's. The peaks are the whole process's (the aggregator and every party, as threads), each run's. "
+        "Run `make bench-round` after a change to the secure round's path (secagg, the collaborator's steps, its "
+        "model chain, the transport) and before merging it; it prints this comparison.",
+        "",
+        "Each step's CPU on its own thread, the median call (training sums only). A stage's step is the client's "
+        "(`Client.advertise` to `Client.verify`); `chain: model sent` is the site checking the model it is sent "
+        "against its chain, `chain: sum verified` the site taking the verified sum: decoding it, holding it to the "
+        "plan's bounds, the server step, and the anchor written and synced to disk before its verdict leaves:",
+        "",
+    ]
+    culprits = [line for row in results for line in ("", largest_extra(row))]
+    return Section(
+        "A secure round against the reference commit: CPU per party, per step, and peak memory",
+        f"{document['what'][:1].upper()}{document['what'][1:]}.",
+        table(header, rows) + notes + table(step_header, step_rows) + culprits,
+    )
+
+
+def cpu_ms(seconds: float | None) -> str:
+    """CPU seconds in milliseconds: three significant digits below 100 ms, whole milliseconds from there."""
+    if seconds is None:
+        return "n/a"
+    return f"{1000 * seconds:,.0f}" if seconds >= 0.1 else f"{1000 * seconds:.3g}"
+
+
+def peaks(values: list[float]) -> str:
+    """Each run's peak in MB, as "1,520, 1,612"."""
+    return ", ".join(f"{value:,.0f}" for value in values)
+
+
+def largest_extra(row: Mapping[str, Any]) -> str:
+    """Where one size's extra CPU goes: the step whose median call grew most, against the whole party's growth."""
+    grown = {
+        label: spent["head"] - (spent["reference"] or 0.0)
+        for label, spent in row["steps"].items()
+        if spent["head"] is not None
+    }
+    label = max(grown, key=lambda step: grown[step])
+    extra = row["head"]["secure_party_cpu_seconds"] - row["reference"]["secure_party_cpu_seconds"]
+    return (
+        f"At d = {count(row['dimension'])}, n = {row['parties']} a party's secure round costs "
+        f"{cpu_ms(extra)} ms more than the reference's; the step that grew most is {label}, by "
+        f"{cpu_ms(grown[label])} ms a call."
     )

@@ -473,12 +473,21 @@ def test_each_scenario_charges_ledgers_of_its_own_never_the_users(
 
 
 def test_the_hostile_client_speaks_this_releases_wire_version() -> None:
-    """It keeps its own copy (an outsider imports no fedfair constant); a raised version must reach it too."""
-    from attacks.hostile_client import WIRE_VERSION as HOSTILE_VERSION
+    """It keeps its own copy (an outsider imports no fedfair constant); a raised version must reach it too.
 
+    So does its copy of the masked round's order, which its bindings count steps by: each name it binds is the
+    stage the runtime's contract names there, in training and in evaluation.
+    """
+    from attacks.hostile_client import MASKED_ROUND, WIRE_VERSION as HOSTILE_VERSION, named_stage, stage_name
+
+    from fedfair.runtime.contract import EVALUATION, TRAINING
     from fedfair.runtime.transport import WIRE_VERSION
 
     assert HOSTILE_VERSION == WIRE_VERSION, "raise WIRE_VERSION in benchmarks/attacks/hostile_client.py as well"
+    assert MASKED_ROUND == tuple(spec.wire for spec in TRAINING.protocol.stages(True))
+    for stages in (TRAINING, EVALUATION):
+        for stage in (stages.start, *stages.uploads):
+            assert named_stage(stages.name(stage)) == stage and stage_name(stage) == stages.name(stage)
 
 
 @pytest.mark.slow

@@ -242,3 +242,25 @@ def test_make_bench_reruns_every_result_on_the_page_with_its_own_command(tmp_pat
         text=True,
     )
     assert listed.stdout.strip().endswith("benchmarks/startup_bench.py --json benchmarks/results/startup_bench.json")
+
+
+@pytest.mark.slow
+def test_round_compare_times_every_party_step_in_both_trees_and_their_ratio(tmp_path: Path) -> None:
+    """`make bench-round`'s comparison, this tree against itself as the reference: each step timed in both."""
+    out = tmp_path / "compare.json"
+    command = [sys.executable, str(ROOT / "benchmarks" / "round_compare.py"), "--reference-tree", str(ROOT)]
+    command += ["--runs", "1", "--sizes", "1000:3", "--json", str(out)]
+    finished = subprocess.run(command, check=True, timeout=600, capture_output=True, text=True)
+    (result,) = json.loads(out.read_text())["results"]
+    assert (result["dimension"], result["parties"]) == (1000, 3)
+    assert math.isfinite(result["secure_party_cpu_ratio"]) and result["secure_party_cpu_ratio"] > 0
+    assert len(result["secure_party_cpu_ratios"]) == 1
+    # Every stage's client step ran and was timed, in both trees, at the training sum's length.
+    for step in ("encode", "ADVERTISE", "SHARE", "CHECK", "MASK", "CONSISTENCY", "UNMASK", "VERIFY_CLAIM (tag)"):
+        spent = result["steps"][step]
+        assert spent["head"] > 0 and spent["reference"] > 0, step
+    for tree in ("head", "reference"):
+        assert all(
+            peak > 0 for peak in result[tree]["secure_peak_rss_mb_each"] + result[tree]["plain_peak_rss_mb_each"]
+        )
+    assert "secure party CPU" in finished.stderr and "MASK" in finished.stderr

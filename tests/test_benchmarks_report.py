@@ -284,3 +284,32 @@ def test_the_attack_section_lists_a_skipped_attack_with_its_reason_and_counts_it
     lines = attack_matrix("attack_matrix", document).body
     assert "| processes | 2 | 1 | 1 |" in lines
     assert lines[-1] == "- full disk: cannot mount a tmpfs here"
+
+
+def test_the_round_compare_section_gives_each_size_its_ratio_goal_and_each_step_beside_the_reference(
+    tmp_path: Path,
+) -> None:
+    def tree(cpu: float, mask: float) -> dict[str, Any]:
+        return {
+            "secure_party_cpu_seconds": cpu,
+            "secure_peak_rss_mb_each": [1100.0, 1150.4],
+            "plain_peak_rss_mb_each": [1000.0, 1010.0],
+            "step_cpu_seconds": {"MASK": mask},
+        }
+
+    row = {
+        "dimension": 10**6,
+        "parties": 10,
+        "head": tree(0.105, 0.02),
+        "reference": tree(0.1, 0.021),
+        "secure_party_cpu_ratio": 1.05,
+        "secure_party_cpu_ratios": [1.04, 1.06],
+        "steps": {"MASK": {"head": 0.02, "reference": 0.021}, "chain: sum verified": {"head": 0.01, "reference": None}},
+    }
+    document = {"what": "a secure round", "reference": "6692f28", "runs": 2, "results": [row], "provenance": STAMP}
+    (tmp_path / "round_compare.json").write_text(json.dumps(document))
+    page = report_module().render(tmp_path)
+    assert "| 1,000,000 | 10 | 105 | 100 | 1.05× (1.04, 1.06) | yes | 1,100, 1,150 (1,100, 1,150) |" in page
+    assert "| MASK | 20 | 21 |" in page and "| chain: sum verified | 10 | n/a |" in page
+    assert "`make bench-round`" in page and "commit 6692f28" in page
+    assert "costs 5 ms more than the reference's; the step that grew most is chain: sum verified, by 10 ms" in page

@@ -11,7 +11,10 @@ the *honest collaborators* refuse.
   Believing it, the viewer would reveal its share of the subject's mask key while the
   others reveal their shares of the subject's self-mask seed: both secrets of one
   party, its input in the clear. Every unmasking upload the aggregator receives is
-  recorded (before its own checks), so the row sees exactly what leaked.
+  recorded (before its own checks), so the row sees exactly what leaked. The lie buys the
+  aggregator nothing else: on the complete graph the other survivors re-sum the claim from
+  the inputs their own views fix, so the viewer's missing tag does not void the round, and
+  its sum, applied, is exactly the honest updates (docs/security.md, "Verified aggregation").
 - Sybil roster: the operator holds the CA. It runs a round whose roster is one
   institution plus parties of its own (names outside the institutions' manifest), and
   a round with twins: certificates it minted for the other institutions' names with
@@ -32,6 +35,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from attacks.hostile_client import Stage, named_stage, stage_name, stage_of
 from attacks.federation import (
     FixedTrainer,
     HonestCollaborators,
@@ -128,10 +132,14 @@ class Equivocation:
     def install(self, network: Network) -> None:
         board, gate = network.board, network.gate
         open_stage, open_gate = board.open_stage, gate.open
-        lied = (pb.STAGE_CONSISTENCY, pb.STAGE_UNMASK)
+        lied = (named_stage("STAGE_CONSISTENCY"), named_stage("STAGE_UNMASK"))
 
-        def cheating_gate(round_number: int, stage: pb.Stage, **options: Any) -> pb.Binding:
-            if round_number == LIE_ROUND and stage == pb.STAGE_UNMASK and options.get("participants") is not None:
+        def cheating_gate(round_number: int, stage: Stage, **options: Any) -> pb.Binding:
+            if (
+                round_number == LIE_ROUND
+                and stage == named_stage("STAGE_UNMASK")
+                and options.get("participants") is not None
+            ):
                 options["participants"] = {*options["participants"], self.viewer}
             return open_gate(round_number, stage, **options)
 
@@ -142,18 +150,18 @@ class Equivocation:
             handler: UploadHandler,
             **options: Any,
         ) -> None:
-            stage = binding.stage
+            stage = stage_of(binding)
             if binding.round == LIE_ROUND and stage in lied:
                 expected = {*expected, self.viewer}
                 inputs = self._lie(stage, expected, inputs)
-                handler = self._intercept(pb.Stage.Name(stage), handler)
+                handler = self._intercept(stage_name(stage), handler)
                 options["ready"] = None  # wait for the viewer's answer, however many shares the others gave
             open_stage(binding, expected, inputs, handler, **options)
 
         gate.open = cheating_gate  # type: ignore[method-assign]
         board.open_stage = cheating_open_stage  # type: ignore[method-assign]
 
-    def _lie(self, stage: int, expected: Any, inputs: bytes | Mapping[str, bytes]) -> Mapping[str, bytes]:
+    def _lie(self, stage: Stage, expected: Any, inputs: bytes | Mapping[str, bytes]) -> Mapping[str, bytes]:
         per_peer = {peer: inputs if isinstance(inputs, bytes) else inputs.get(peer, b"") for peer in expected}
         truth = next((payload for payload in per_peer.values() if payload), b"")
         if not truth:
@@ -174,7 +182,7 @@ class Equivocation:
         else:
             return per_peer
         per_peer[self.viewer] = lie.to_bytes()
-        self.lies_told.append(f"{pb.Stage.Name(stage)}: {type(message).__name__} without party {self.subject_id}")
+        self.lies_told.append(f"{stage_name(stage)}: {type(message).__name__} without party {self.subject_id}")
         return per_peer
 
     def _intercept(self, stage: str, handler: UploadHandler) -> UploadHandler:
@@ -206,9 +214,12 @@ def equivocation_row(root: Path, book: RowBook) -> None:
     with book.row(
         "equivocation: one collaborator is told another dropped out (survivor set and unmask request)",
         "the viewer finds no t consistency signatures on the view it was shown and reveals no share in that "
-        "round; no party's seed and mask key both reach the aggregator; that round is void, the model unchanged "
-        "(the viewer cannot tag a sum over the survivors it was lied about, so no site could verify it; the "
-        "sites then stay bound to the views they signed, so later rounds on that model abort too)",
+        "round; no party's seed and mask key both reach the aggregator; that round's sum is still the true one "
+        "(the other survivors each re-sum the claim from the inputs their own views fix, so the viewer's missing "
+        "tag does not void it on the complete graph): applied, exactly the honest updates, as is every later "
+        "round; no site refuses an honest round: the viewer, which verified no sum of the lied round, trains on "
+        "no model it cannot check (until a site can catch up on a round it missed, issue 98, it sits the later "
+        "rounds out: model-unchecked)",
         PATCHED_AGGREGATOR,
     ) as row:
         workspace = make_workspace(
@@ -227,16 +238,25 @@ def equivocation_row(root: Path, book: RowBook) -> None:
         check = check_rounds(plan, workspace, _honest_sum(plan, FOUR))
         viewer_shares = [f"{kind} of {owner}" for stage, peer, owner, kind in lie.revealed if peer == VIEWER]
         both = lie.both_secrets()
-        after = log.get(ROUNDS, {})
-        recovered = after.get("status") == "applied" and ROUNDS in check.verified
-        # Verified aggregation (issue 65): a round no site can verify is never applied.
-        void = log.get(LIE_ROUND, {}).get("status") == "aborted"
+        exact = [number for number in range(LIE_ROUND, ROUNDS + 1) if number in check.verified]
+        viewer = group.errors.get(VIEWER)
+        others = {name: error for name, error in group.errors.items() if name != VIEWER}
+        # The viewer may sit out what it cannot check; refusing an honest model (aggregate-refused) would be wrong.
+        viewer_safe = viewer is None or "model-unchecked" in viewer
+        statuses = {number: log.get(number, {}).get("status") for number in range(LIE_ROUND, ROUNDS + 1)}
         row.record(
             f"lies told: {lie.lies_told or 'none (the stages never opened)'}; the viewer revealed "
-            f"{viewer_shares or 'no share'}; both secrets of {both or 'nobody'} reached the aggregator; round {LIE_ROUND}: "
-            f"{log.get(LIE_ROUND, {}).get('status')}; round {ROUNDS}: {after.get('status')}"
-            f"{' (exact)' if recovered else ''}",
-            bool(lie.lies_told) and not viewer_shares and not both and void,
+            f"{viewer_shares or 'no share'}; both secrets of {both or 'nobody'} reached the aggregator; rounds "
+            f"{statuses}, exactly the honest updates: {exact}; the viewer: {viewer or 'no error'}; the other sites' "
+            f"errors: {others or 'none'}",
+            bool(lie.lies_told)
+            and not viewer_shares
+            and not both
+            and exact == list(range(LIE_ROUND, ROUNDS + 1))
+            and not check.invalid
+            and viewer_safe
+            and not others
+            and aggregator.error is None,
             revealed=[list(item) for item in lie.revealed],
             errors={**group.errors, **({"aggregator": aggregator.error} if aggregator.error else {})},
         )

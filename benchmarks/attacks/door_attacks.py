@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from attacks.hostile_client import named_stage
 from attacks.federation import FEDERATION_ID, INSIDER, exact_update
 from attacks.hostile_client import (
     Answer,
@@ -81,7 +82,7 @@ class DoorAttacks(InsiderStage):
         channel = open_channel(self.address, presented)
         try:
             federation = stub(channel)
-            train = bind(FEDERATION_ID, context.round, pb.STAGE_TRAIN)
+            train = bind(FEDERATION_ID, context.round, named_stage("STAGE_TRAIN"))
 
             def drain(call: Any) -> int:
                 return sum(1 for _ in call)
@@ -213,12 +214,12 @@ class DoorAttacks(InsiderStage):
     def _replay_rows(self, context: StageContext) -> None:
         earlier = max((number for number in self._genuine if number < context.round), default=None)
         payload = self._genuine.get(earlier or -1, self._genuine_payload(context))
-        stage = pb.STAGE_MASKED_INPUT
+        stage = named_stage("STAGE_MASKED_INPUT")
         cases = [
             ("replay: an upload of an earlier round", bind(FEDERATION_ID, earlier or 0, stage)),
             ("replay: a future round", bind(FEDERATION_ID, context.round + 1, stage)),
             ("replay: another federation's id", bind("another-federation", context.round, stage)),
-            ("replay: another stage of this round", bind(FEDERATION_ID, context.round, pb.STAGE_TRAIN)),
+            ("replay: another stage of this round", bind(FEDERATION_ID, context.round, named_stage("STAGE_TRAIN"))),
         ]
         for attack, binding in cases:
             with self.book.row(attack, "FAILED_PRECONDITION with generic details; nothing accepted") as row:

@@ -321,7 +321,11 @@ class Campaign:
                 status=rng.choice((pb.COLLABORATOR_STATUS_BUDGET_SPENT, pb.COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT)),
                 epsilon=rng.choice((None, 1.5)),
             )
-        return pb.FetchRequest(binding=rng.choice((target.open_stage, bind(federation, target.open_stage.round, 0))))
+        return pb.FetchRequest(
+            binding=rng.choice(
+                (target.open_stage, bind(federation, target.open_stage.round, (pb.STAGE_UNSPECIFIED, 0)))
+            )
+        )
 
     @staticmethod
     def _mutate_message(rng: random.Random, base: Any) -> tuple[str, bytes]:

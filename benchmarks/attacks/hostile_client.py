@@ -80,17 +80,56 @@ def stub(channel: grpc.Channel) -> pb_grpc.FederationStub:
     return pb_grpc.FederationStub(channel)  # type: ignore[no-untyped-call]  # protoc's code is untyped
 
 
-def bind(federation_id: str, round_number: int, stage: int) -> pb.Binding:
+MASKED_ROUND = (
+    "ADVERTISE_KEYS",
+    "SHARE_KEYS",
+    "CHECK_SHARES",
+    "MASKED_INPUT",
+    "CONSISTENCY",
+    "UNMASK",
+    "VERIFY_CLAIM",
+    "VERIFY_TAGS",
+)
+"""The masked round's stages in the order the schema's Binding.step counts them from 1 (0: the download)."""
+
+Stage = tuple[int, int]
+"""A stage as the schema binds it: (Stage, step)."""
+
+
+def named_stage(name: str) -> Stage:
+    """A stage by the name the aggregator's logs give it: 'STAGE_TRAIN' (step 0), 'STAGE_EVAL_UNMASK' (6)."""
+    if name in ("STAGE_JOIN", "STAGE_TRAIN", "STAGE_EVALUATE"):
+        return pb.Stage.Value(name), 0
+    evaluation = name.startswith("STAGE_EVAL_")
+    step = MASKED_ROUND.index(name.removeprefix("STAGE_EVAL_" if evaluation else "STAGE_")) + 1
+    return (pb.STAGE_EVALUATE if evaluation else pb.STAGE_TRAIN), step
+
+
+def stage_of(binding: pb.Binding) -> Stage:
+    """The stage `binding` names."""
+    return int(binding.stage), int(binding.step)
+
+
+def stage_name(at: Stage) -> str:
+    """What the aggregator's logs call the masked round's stage `at` (the inverse of :func:`named_stage`)."""
+    aggregation, step = at
+    if step == 0 or step > len(MASKED_ROUND):
+        return pb.Stage.Name(aggregation) + (f" step {step}" if step else "")  # type: ignore[arg-type]
+    return ("STAGE_EVAL_" if aggregation == pb.STAGE_EVALUATE else "STAGE_") + MASKED_ROUND[step - 1]
+
+
+def bind(federation_id: str, round_number: int, at: Stage) -> pb.Binding:
     """A Binding as the schema defines it."""
-    return pb.Binding(federation_id=federation_id, round=round_number, stage=stage)  # type: ignore[arg-type]
+    aggregation, step = at
+    return pb.Binding(federation_id=federation_id, round=round_number, stage=aggregation, step=step)  # type: ignore[arg-type]
 
 
-WIRE_VERSION = 2
+WIRE_VERSION = 3
 """The wire version this client speaks, read off the schema's release (an outsider holds no fedfair constant)."""
 
 
 def join_binding(federation_id: str) -> pb.Binding:
-    return bind(federation_id, 0, pb.STAGE_JOIN)
+    return bind(federation_id, 0, named_stage("STAGE_JOIN"))
 
 
 def parts(binding: pb.Binding, payload: bytes, chunk_bytes: int = 1 << 20) -> list[pb.Part]:

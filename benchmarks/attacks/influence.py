@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from attacks.liars import claimed_weight_liar, bound_liar, poisoner
+from attacks.own_ledgers import own_ledgers
 from attacks.influence_federation import SMALLEST, run_federation, summary, agreed
 from attacks.rows import PATCHED_AGGREGATOR, PATCHED_COLLABORATOR, RowBook
 from fedfair.core.data import ClientData
@@ -178,18 +179,21 @@ def dp_weight_rows(root: Path, book: RowBook) -> None:
         weights: dict[int, list[float]] = {}
         errors: dict[int, Any] = {}
         for rows in (300, 299):
-            run = run_federation(
-                root / f"dp-{rows}",
-                secure=False,
-                rounds=2,
-                plan={"training": {"batch_fraction": 0.5}, "influence": {"weights": "declared", "sizes": sizes}},
-                data=data,
-                names=names,
-                privacy=privacy,
-                adjust=cut(rows),
-                tap_weights=True,
-                seconds=120.0,
-            )
+            # The two datasets are two worlds, not one site's two runs: each starts from an unspent budget, as the
+            # same federation id over the same people would otherwise (rightly) read as a lost input record.
+            with own_ledgers(root / f"dp-{rows}-ledgers"):
+                run = run_federation(
+                    root / f"dp-{rows}",
+                    secure=False,
+                    rounds=2,
+                    plan={"training": {"batch_fraction": 0.5}, "influence": {"weights": "declared", "sizes": sizes}},
+                    data=data,
+                    names=names,
+                    privacy=privacy,
+                    adjust=cut(rows),
+                    tap_weights=True,
+                    seconds=120.0,
+                )
             weights[rows] = [weight for peer, weight in run.uploads if peer == site]
             if run.errors or run.applied != 2:
                 errors[rows] = {"errors": run.errors, "applied": run.applied, "reasons": run.reasons()}

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attacks.hostile_client import named_stage, stage_name, stage_of
 from attacks.cheating import PatchedAggregator
 from attacks.federation import FixedTrainer, HonestCollaborators, plan_sections, trainer_factory
 from fedfair.runtime.aggregator.stages import UploadHandler
@@ -95,9 +96,9 @@ class StageTap:
             handler: UploadHandler,
             **options: Any,
         ) -> None:
-            key = (binding.round, pb.Stage.Name(binding.stage))
+            key = (binding.round, stage_name(stage_of(binding)))
             self.expected[key] = sorted(expected)
-            masked = binding.stage == pb.STAGE_MASKED_INPUT
+            masked = stage_of(binding) == named_stage("STAGE_MASKED_INPUT")
 
             def absorb(peer: str, payload: bytes) -> None:
                 self.uploads.setdefault(key, []).append(peer)

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from attacks import fuzz
+from attacks.hostile_client import named_stage, stage_of
 from attacks.federation import (
     FEDERATION_ID,
     HONEST,
@@ -129,7 +130,7 @@ class PlainAttacks(DoorAttacks, FloodAttacks):
         step = collaborator.step
 
         def held_step(stub: Any, task: pb.Task) -> None:
-            if task.binding.stage == pb.STAGE_MASKED_INPUT:
+            if stage_of(task.binding) == named_stage("STAGE_MASKED_INPUT"):
                 self._stage_done(int(task.binding.round)).wait(HOLD_SECONDS)
             step(stub, task)
 
@@ -140,10 +141,10 @@ class PlainAttacks(DoorAttacks, FloodAttacks):
             return self._done.setdefault(round_number, threading.Event())
 
     def _on_task(self, follower: TaskFollower, task: pb.Task) -> None:
-        stage = task.binding.stage
-        if stage == pb.STAGE_MASKED_INPUT:
+        stage = stage_of(task.binding)
+        if stage == named_stage("STAGE_MASKED_INPUT"):
             self._masked_input(follower, task)
-        elif stage == pb.STAGE_EVAL_MASKED_INPUT:
+        elif stage == named_stage("STAGE_EVAL_MASKED_INPUT"):
             submit(follower.channel, parts(task.binding, b""))  # the insider sits evaluations out
 
     def _masked_input(self, follower: TaskFollower, task: pb.Task) -> None:
@@ -216,7 +217,7 @@ class PlainAttacks(DoorAttacks, FloodAttacks):
         target = fuzz.Target(
             FEDERATION_ID,
             context.binding,
-            bind(FEDERATION_ID, context.round, pb.STAGE_TRAIN),
+            bind(FEDERATION_ID, context.round, named_stage("STAGE_TRAIN")),
             self._genuine_payload(context),
             VALUE_ATTACKS["weight 0"](context),
         )

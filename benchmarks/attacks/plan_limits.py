@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attacks.hostile_client import named_stage, stage_name, stage_of
 from attacks.pinned_federation import LoopAggregator, StageTap, wait_until
 from attacks.federation import HonestCollaborators
 from attacks.target_site import TARGET, THREE, RUN_SECONDS, real, trainings, process_federation_plan
@@ -34,7 +35,8 @@ from fedfair.runtime.aggregator.start import prepare
 from fedfair.runtime.collaborator.uplink import input_limit
 from fedfair.runtime.local.workspace import Workspace, make_workspace
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
-from fedfair.runtime.transport import make_binding, model_parts, pb
+from fedfair.runtime.contract import EVALUATION, TRAINING, Aggregations
+from fedfair.runtime.transport import TRAIN, make_binding, model_parts, pb
 
 ANNOUNCED = 2 << 30
 """The input size the hostile aggregator announces (2 GiB)."""
@@ -77,10 +79,10 @@ class Announcement:
         def announce(task: pb.Task, payload: bytes) -> pb.Task:
             binding = task.binding
             finished = task.action == pb.ACTION_FINISHED
-            if not finished and (binding.round, binding.stage) != (2, pb.STAGE_ADVERTISE_KEYS):
+            if not finished and (binding.round, stage_of(binding)) != (2, named_stage("STAGE_ADVERTISE_KEYS")):
                 return original_task(task, payload)
-            what = "FINISHED" if finished else pb.Stage.Name(binding.stage)
-            self.limits[what] = input_limit(task, collaborators, parameters, 0)
+            what = "FINISHED" if finished else stage_name(stage_of(binding))
+            self.limits[what] = input_limit(task, Aggregations(TRAINING, EVALUATION), collaborators, parameters, 0)
             if self.before is None:
                 self.before = high_water_mark(self.pid)
             self.hostile.append(binding)
@@ -201,9 +203,9 @@ def flood_service(workspace: Workspace, tasks: int, downloads: list[int], first:
     Servicer.serve_model = model  # type: ignore[assignment, method-assign]
     network.gate.check_read = network.gate.check_federation  # type: ignore[method-assign]
     for round_number in range(first, first + tasks):
-        binding = make_binding(plan.federation_id, round_number, pb.STAGE_TRAIN)
+        binding = make_binding(plan.federation_id, round_number, TRAIN)
         network.board.publish([TARGET], binding, pb.ACTION_RUN, deadline_seconds=60.0)
-    network.board.finish(make_binding(plan.federation_id, first + tasks - 1, pb.STAGE_EVAL_UNMASK))
+    network.board.finish(make_binding(plan.federation_id, first + tasks - 1, EVALUATION.sum_end))
     try:
         yield network
     finally:

@@ -26,6 +26,7 @@ from typing import Any
 
 import grpc
 
+from attacks.hostile_client import named_stage
 from attacks.federation import FEDERATION_ID, HONEST, INSIDER
 from attacks.hostile_client import Answer, bind, report, status_report, unknown_field
 from attacks.rows import RowBook
@@ -50,7 +51,7 @@ class ReportAttacks:
     alive: Callable[[], bool]
 
     def run(self, round_number: int) -> None:
-        started = bind(FEDERATION_ID, round_number, pb.STAGE_MASKED_INPUT)
+        started = bind(FEDERATION_ID, round_number, named_stage("STAGE_MASKED_INPUT"))
         valid = status_report(started, SPENT, 2.5)
         refusals: list[tuple[str, str, bytes, tuple[str, ...]]] = [
             (
@@ -69,13 +70,13 @@ class ReportAttacks:
             (
                 "Report: another federation's id",
                 "FAILED_PRECONDITION",
-                status_report(bind("another-federation", round_number, pb.STAGE_MASKED_INPUT), SPENT, 2.5),
+                status_report(bind("another-federation", round_number, named_stage("STAGE_MASKED_INPUT")), SPENT, 2.5),
                 ("FAILED_PRECONDITION",),
             ),
             (
                 "Report: a round that has not started",
                 "FAILED_PRECONDITION",
-                status_report(bind(FEDERATION_ID, round_number + 5, pb.STAGE_MASKED_INPUT), SPENT, 2.5),
+                status_report(bind(FEDERATION_ID, round_number + 5, named_stage("STAGE_MASKED_INPUT")), SPENT, 2.5),
                 ("FAILED_PRECONDITION",),
             ),
             (

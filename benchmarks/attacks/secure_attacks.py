@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attacks.hostile_client import Stage, named_stage, stage_name, stage_of
 from attacks.federation import (
     FEDERATION_ID,
     HONEST,
@@ -103,7 +104,7 @@ class SecureAttacks:
     insider_stages: dict[int, list[str]] = field(default_factory=dict)
     patched_uploads: dict[int, str] = field(default_factory=dict)
     _garbage: Answer | None = None
-    _done: dict[tuple[int, int], threading.Event] = field(default_factory=dict)
+    _done: dict[tuple[int, Stage], threading.Event] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def run(self) -> None:
@@ -151,14 +152,17 @@ class SecureAttacks:
         step = collaborator.step
 
         def held_step(stub: Any, task: pb.Task) -> None:
-            key = (int(task.binding.round), int(task.binding.stage))
-            if task.binding.stage == pb.STAGE_ADVERTISE_KEYS and key[0] in (FORGERY_ROUND, GARBAGE_ROUND):
+            key = (int(task.binding.round), stage_of(task.binding))
+            if stage_of(task.binding) == named_stage("STAGE_ADVERTISE_KEYS") and key[0] in (
+                FORGERY_ROUND,
+                GARBAGE_ROUND,
+            ):
                 self._stage_done(key).wait(HOLD_SECONDS)
             step(stub, task)
 
         collaborator.step = held_step  # type: ignore[method-assign]
 
-    def _stage_done(self, key: tuple[int, int]) -> threading.Event:
+    def _stage_done(self, key: tuple[int, Stage]) -> threading.Event:
         with self._lock:
             return self._done.setdefault(key, threading.Event())
 
@@ -169,7 +173,7 @@ class SecureAttacks:
         def submit_patched(stub: Any, binding: pb.Binding, payload: bytes) -> None:
             number = int(binding.round)
             if (
-                binding.stage != pb.STAGE_UNMASK
+                stage_of(binding) != named_stage("STAGE_UNMASK")
                 or not payload
                 or number not in (CORRUPT_ROUND, EMPTY_ROUND, SILENT_ROUND)
             ):
@@ -196,18 +200,18 @@ class SecureAttacks:
     # ------------------------------------------------------------ the insider
 
     def _on_task(self, follower: TaskFollower, task: pb.Task) -> None:
-        number, stage = int(task.binding.round), int(task.binding.stage)
-        self.insider_stages.setdefault(number, []).append(pb.Stage.Name(task.binding.stage))
+        number, stage = int(task.binding.round), stage_of(task.binding)
+        self.insider_stages.setdefault(number, []).append(stage_name(stage_of(task.binding)))
         try:
-            if stage == pb.STAGE_ADVERTISE_KEYS and number == FORGERY_ROUND:
+            if stage == named_stage("STAGE_ADVERTISE_KEYS") and number == FORGERY_ROUND:
                 self._forgeries(follower, task)
-            elif stage == pb.STAGE_ADVERTISE_KEYS and number == GARBAGE_ROUND:
+            elif stage == named_stage("STAGE_ADVERTISE_KEYS") and number == GARBAGE_ROUND:
                 self._replays(follower, task)
-            elif stage == pb.STAGE_SHARE_KEYS and number == GARBAGE_ROUND:
+            elif stage == named_stage("STAGE_SHARE_KEYS") and number == GARBAGE_ROUND:
                 self._garbage_shares(follower, task)
-            elif stage == pb.STAGE_CHECK_SHARES and number == GARBAGE_ROUND:
+            elif stage == named_stage("STAGE_CHECK_SHARES") and number == GARBAGE_ROUND:
                 self._accuse_nobody(follower, task)
-            elif stage != pb.STAGE_TRAIN and stage != pb.STAGE_EVALUATE:
+            elif stage not in (named_stage("STAGE_TRAIN"), named_stage("STAGE_EVALUATE")):
                 submit(follower.channel, parts(task.binding, b""))  # every other stage: the insider sits it out
         finally:
             self._stage_done((number, stage)).set()
@@ -259,7 +263,7 @@ class SecureAttacks:
         cases = [
             (
                 "replay: last round's advertisement as it was",
-                bind(FEDERATION_ID, FORGERY_ROUND, pb.STAGE_ADVERTISE_KEYS),
+                bind(FEDERATION_ID, FORGERY_ROUND, named_stage("STAGE_ADVERTISE_KEYS")),
                 ("FAILED_PRECONDITION",),
             ),
             ("replay: last round's advertisement re-bound to this round", task.binding, INVALID),

@@ -39,6 +39,15 @@ def weighted(
         yield (flat[offset : offset + span].to("cpu", torch.float64) * weight).to(dtype)
 
 
+def update_dimension(parameters: int, corrects_drift: bool) -> int:
+    """The length of a training round's summed vector for a model of `parameters` numbers.
+
+    D + 1 ([w * delta, w * delta_c]), or 2 (d + 1) with drift correction, whose control variates w * sigma_k+
+    ride in the same vector (:meth:`Update.weighted_vector`).
+    """
+    return 2 * (parameters + 1) if corrects_drift else parameters + 1
+
+
 @dataclass(frozen=True)
 class Update:
     """What a collaborator contributes: its change of (theta, c) and its weight w_k = b_k.

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord
+from flwr.common import Parameters, ndarrays_to_parameters, parameters_to_ndarrays
 
 from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
 from fedfair.core.errors import ConfigError
-from fedfair.simulation.federation import DTYPES
+from fedfair.simulation.rounds import SimulationOptions
 
 ARRAYS = "arrays"
 """The train message's record of the global pair, and the reply's record of the weighted update."""
@@ -45,11 +46,10 @@ class FlowerSettings:
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     local: LocalConfig = field(default_factory=LocalConfig)
     seed: int = TrainingConfig.seed
-    dtype: str = "float32"
+    dtype: str = SimulationOptions.dtype
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"unknown dtype '{self.dtype}'; choose float32 or float64")
+        SimulationOptions(dtype=self.dtype)  # refuses a dtype the simulation does not train in, naming the two
         if self.local != LocalConfig(self.local.local_steps, self.local.lr, self.local.threshold_lr):
             raise ConfigError(
                 "the Flower client app takes local_steps, lr and threshold_lr only; reuse_batch, project_locally "
@@ -59,7 +59,7 @@ class FlowerSettings:
     @property
     def torch_dtype(self) -> torch.dtype:
         """The dtype the model and data train in."""
-        return DTYPES[self.dtype]
+        return SimulationOptions(dtype=self.dtype).torch_dtype
 
     def to_config(self) -> dict[str, int | float | str]:
         """The settings as config record entries (prefixed ``fedfair.``, beside the caller's own)."""
@@ -143,3 +143,24 @@ def read_pair(record: ArrayRecord) -> tuple[torch.Tensor, float]:
         )
     theta = torch.from_numpy(np.array(record[THETA].numpy(), dtype=np.float64).reshape(-1))
     return theta, float(record[THRESHOLD].numpy().reshape(-1)[0])
+
+
+def pair_parameters(theta: torch.Tensor, c: float) -> Parameters:
+    """The pair as the fit interface carries it: one float64 vector [theta, c]."""
+    flat = theta.detach().to("cpu", torch.float64).reshape(-1)
+    return ndarrays_to_parameters([torch.cat([flat, torch.tensor([c], dtype=torch.float64)]).numpy()])
+
+
+def vector_of(parameters: Parameters) -> np.ndarray:
+    """The one float64 vector `parameters` holds ([theta, c], or a round's [dtheta, dc]).
+
+    Raises:
+        ConfigError: when it holds anything else (a model's own arrays, say).
+    """
+    arrays = parameters_to_ndarrays(parameters)
+    if len(arrays) != 1 or arrays[0].ndim != 1:
+        raise ConfigError(
+            f"the parameters hold {len(arrays)} arrays, not FedSRCVaR's one vector; train through "
+            "fedfair.flower.secaggplus.train_with_secaggplus on the server and client_app(..., secaggplus=True)"
+        )
+    return np.asarray(arrays[0], dtype=np.float64)

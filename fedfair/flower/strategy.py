@@ -43,21 +43,28 @@ from fedfair.flower.settings import (
     read_pair,
     whole,
 )
-from fedfair.simulation.federation import DTYPES, ModelFactory
+from fedfair.simulation.federation import ModelFactory
+from fedfair.simulation.rounds import SimulationOptions
 
 logger = logging.getLogger(__name__)
 
 
 def initial_arrays(
-    model_factory: ModelFactory, *, seed: int = TrainingConfig.seed, dtype: str = "float32", bound: float = 10.0
+    model_factory: ModelFactory,
+    *,
+    seed: int = TrainingConfig.seed,
+    dtype: str = SimulationOptions.dtype,
+    bound: float = ObjectiveConfig.bound,
 ) -> ArrayRecord:
     """The pair a federation starts from: theta_0 and c^1 = B.
 
     theta_0 is the factory's model built under `seed`, in `dtype`, as every fedfair party builds it.
+
+    Raises:
+        ConfigError: for a dtype other than float32 or float64.
     """
-    if dtype not in DTYPES:
-        raise ConfigError(f"unknown dtype '{dtype}'; choose float32 or float64")
-    model = trainable_module(seeded(model_factory, seed), "the model factory").to(DTYPES[dtype])
+    torch_dtype = SimulationOptions(dtype=dtype).torch_dtype
+    model = trainable_module(seeded(model_factory, seed), "the model factory").to(torch_dtype)
     return pair_record(flat_parameters(model), bound)
 
 
@@ -71,6 +78,9 @@ def output_model(model_factory: ModelFactory, theta: torch.Tensor) -> nn.Module:
 
 class FedSRCVaRStrategy(Strategy):
     """FedSRCVaR (Algorithm 1) on Flower's server API, with `fedfair.api.federate`'s settings and defaults.
+
+    Each default is read where `federate` reads it (`ObjectiveConfig`, `LocalConfig`, `TrainingConfig`,
+    `SimulationOptions`), so the two cannot drift apart (tests/flower/test_settings.py holds them equal).
 
     `batch_size` is the total mini-batch per round, split b_k proportional to n_k (0: full local batches);
     `batch_fraction`, when given, replaces it by b_k = round(fraction * n_k) taken at each site. The
@@ -93,7 +103,7 @@ class FedSRCVaRStrategy(Strategy):
         smooth: str = ObjectiveConfig.smooth,
         bound: float = ObjectiveConfig.bound,
         seed: int = TrainingConfig.seed,
-        dtype: str = "float32",
+        dtype: str = SimulationOptions.dtype,
         average_from: float = TrainingConfig.average_from,
         min_nodes: int = 2,
     ) -> None:
@@ -132,13 +142,21 @@ class FedSRCVaRStrategy(Strategy):
         evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
     ) -> Result:
         """Flower's round loop from `initial_arrays` (`fedfair.flower.initial_arrays`), the server state set first."""
+        self.begin(initial_arrays, num_rounds, timeout)
+        return super().start(grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn)
+
+    def begin(self, initial_arrays: ArrayRecord, num_rounds: int, timeout: float | None) -> None:
+        """Set the server state to `initial_arrays`' pair and the schedule to `num_rounds` (what `start` does first).
+
+        Raises:
+            ConfigError: for a schedule fedfair refuses, or arrays that are not a FedSRCVaR pair.
+        """
         schedule = TrainingConfig(rounds=num_rounds, average_from=self.average_from)
         self._average_from_round = schedule.average_from_round
         theta, c = read_pair(initial_arrays)
         self.state = self.algorithm.server_init(theta, c)
         self._batch_sizes = {}
         self._timeout = timeout
-        return super().start(grid, initial_arrays, num_rounds, timeout, train_config, evaluate_config, evaluate_fn)
 
     def output(self) -> tuple[torch.Tensor, float]:
         """The algorithm's output: the suffix-averaged (theta, c), theta flat in float64."""
@@ -155,22 +173,24 @@ class FedSRCVaRStrategy(Strategy):
     ) -> Iterable[Message]:
         """One train message per connected site: the pair, the settings, the round and the site's b_k."""
         _, connected = sample_nodes(grid, self.min_nodes, self.min_nodes)  # waits for min_nodes to connect
-        nodes = sorted(connected)
-        shared = {**dict(config.items()), **self.settings.to_config(), SERVER_ROUND: server_round}
-        if self.batch_fraction is not None:
-            batches: dict[int, dict[str, int | float]] = {node: {BATCH_FRACTION: self.batch_fraction} for node in nodes}
-        else:
-            if set(nodes) - set(self._batch_sizes):
-                self._batch_sizes = self._split_batch(nodes, grid)
-            batches = {node: {BATCH_SIZE: self._batch_sizes[node]} for node in nodes}
+        configs = self.site_configs(server_round, sorted(connected), grid)
         return [
             Message(
-                RecordDict({ARRAYS: arrays, CONFIG: ConfigRecord({**shared, **batches[node]})}),
+                RecordDict({ARRAYS: arrays, CONFIG: ConfigRecord({**dict(config.items()), **site_config})}),
                 dst_node_id=node,
                 message_type=MessageType.TRAIN,
             )
-            for node in nodes
+            for node, site_config in configs.items()
         ]
+
+    def site_configs(self, server_round: int, nodes: list[int], grid: Grid) -> dict[int, dict[str, int | float | str]]:
+        """Each node's train config: the settings, the round and its b_k (asked of the sites once)."""
+        shared = {**self.settings.to_config(), SERVER_ROUND: server_round}
+        if self.batch_fraction is not None:
+            return {node: {**shared, BATCH_FRACTION: self.batch_fraction} for node in nodes}
+        if set(nodes) - set(self._batch_sizes):
+            self._batch_sizes = self._split_batch(nodes, grid)
+        return {node: {**shared, BATCH_SIZE: self._batch_sizes[node]} for node in nodes}
 
     def _split_batch(self, nodes: list[int], grid: Grid) -> dict[int, int]:
         """b_k for each node: the total split in proportion to the sizes the sites report, in partition order."""
@@ -209,7 +229,6 @@ class FedSRCVaRStrategy(Strategy):
         A reply that carries an error is left out, as a site that dropped out of the round; with no reply
         the round is void and the pair stays where it was.
         """
-        state = self._server_state()
         valid: list[Message] = []
         for reply in replies:
             if reply.has_error():
@@ -229,17 +248,19 @@ class FedSRCVaRStrategy(Strategy):
                 "train the same model"
             )
         summed = torch.from_numpy(np.stack(vectors)).sum(dim=0)
-        aggregate = server.Aggregate.from_vector(summed[:-1], float(summed[-1]))
-        self.state = self.algorithm.server_apply(state, aggregate, average_from=self._average_from_round)
-        metrics = MetricRecord(
-            {
-                "c": self.state.c,
-                "c-average": self.state.c_average,
-                "total-weight": float(summed[-1]),
-                "sites": len(valid),
-            }
-        )
-        return pair_record(self.state.theta, self.state.c), metrics
+        metrics = self.step(summed[:-1], float(summed[-1]), len(valid))
+        state = self._server_state()
+        return pair_record(state.theta, state.c), MetricRecord({**metrics})
+
+    def step(self, weighted_delta: torch.Tensor, total_weight: float, sites: int) -> dict[str, float]:
+        """The server step on a round's sums [sum b_k dtheta, sum b_k dc] and sum b_k; the round's metrics.
+
+        Raises:
+            AggregateError: for a void sum (no weight, NaN or Inf), leaving the pair where it was.
+        """
+        aggregate = server.Aggregate.from_vector(weighted_delta, total_weight)
+        self.state = self.algorithm.server_apply(self._server_state(), aggregate, average_from=self._average_from_round)
+        return {"c": self.state.c, "c-average": self.state.c_average, "total-weight": total_weight, "sites": sites}
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

@@ -1,13 +1,13 @@
 """Which of an institution's ledgers are of the same people: keyed digests of each table's rows, matched on overlap.
 
 A ledger is of one exact table (:func:`fedfair.privacy.ledger.ledger_path`), but its people outlive the table: a
-re-export with a row added, removed, duplicated or corrected, or the same table under another site name, is mostly
-the same people. Beside each ledger of a table its folder keeps ``NAME.DATA.rows``: one keyed digest per distinct
-row (64 bits of BLAKE2b keyed by the folder's ``people.key``, 32 bytes from the OS's CSPRNG drawn once), never a
-row itself. A ledger's spend then counts every other ledger in the folder that holds some of its rows: each row is
-charged the composition over every ledger it belongs to, and the ledger's epsilon is its most charged row's
-(:meth:`fedfair.privacy.ledger.Ledger.spent`). Only the operator's reset says a table is new people. Two people
-with identical rows are matched too: that over-counts, never under-counts.
+re-export with a row added, removed or corrected, a column renamed, or the same table under another site name, is
+mostly the same people. Beside each table's ledger its folder keeps ``NAME.DATA.rows``: 64-bit BLAKE2b digests, keyed
+by the folder's ``people.key`` (32 bytes from the OS's CSPRNG), of each distinct row's spellings
+(:func:`fedfair.runtime.collaborator.table_fingerprint.table_rows`), never a row. A row is another ledger's when any
+of its spellings is there; each row is charged the composition over every ledger it belongs to, and a ledger's
+epsilon is its most charged row's (:meth:`fedfair.privacy.ledger.Ledger.spent`). Only the operator's reset says a
+table is new people. Two people with identical rows (or cells) match too: an over-count, never an under-count.
 
 Why: docs/security.md, "One budget per dataset".
 """
@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -79,13 +79,19 @@ def key_id(key: bytes) -> str:
     return hashlib.sha256(b"fedfair people key " + key).hexdigest()[:16]
 
 
-def row_digests(rows: Iterable[str], key: bytes) -> np.ndarray:
-    """The sorted distinct keyed digests (uint64) of `rows`, each a table's canonical row."""
+def row_digests(rows: Iterable[Sequence[str]], key: bytes) -> np.ndarray:
+    """The keyed digests (uint64) of `rows`' spellings, one row of the result per distinct row, sorted.
+
+    Each of `rows` is one table row in every spelling it is matched in (all rows spelled alike).
+    """
+    table = list(rows)
+    spelled = [spelling for row in table for spelling in row]
     digests = np.fromiter(
-        (int.from_bytes(hashlib.blake2b(row.encode(), digest_size=8, key=key).digest(), "little") for row in rows),
+        (int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8, key=key).digest(), "little") for text in spelled),
         dtype=np.uint64,
+        count=len(spelled),
     )
-    return np.unique(digests)
+    return np.unique(digests.reshape(-1, len(table[0]) if table else 1), axis=0)
 
 
 def rows_path(ledger: Path) -> Path:
@@ -94,8 +100,8 @@ def rows_path(ledger: Path) -> Path:
 
 
 def write_rows(path: Path, digests: np.ndarray, key: bytes) -> None:
-    """Keep `digests` (sorted, distinct) at `path`, atomically."""
-    payload = ROWS_FORMAT + key_id(key).encode() + b"\n" + digests.astype("<u8").tobytes()
+    """Keep `digests` (:func:`row_digests`) at `path`, atomically: every spelling's, sorted and distinct."""
+    payload = ROWS_FORMAT + key_id(key).encode() + b"\n" + np.unique(digests).astype("<u8").tobytes()
     atomic_write(path, lambda stream: stream.write(payload))
 
 
@@ -120,7 +126,7 @@ def read_rows(path: Path, key: bytes) -> np.ndarray:
 def overlaps(own: Path, digests: np.ndarray, key: bytes) -> Iterator[tuple[Path, np.ndarray]]:
     """Each other rows file in `own`'s folder (`own`: a ledger's path) that holds some of `digests`, with which.
 
-    Yields the rows file and, for each of `digests`, whether it is there.
+    Yields the rows file and, for each row of `digests` (:func:`row_digests`), whether any of its spellings is there.
 
     Raises:
         ConfigError: a rows file of the folder is damaged or of another key, naming it and the fix.
@@ -129,7 +135,7 @@ def overlaps(own: Path, digests: np.ndarray, key: bytes) -> Iterator[tuple[Path,
     for path in sorted(own.parent.glob("*.rows")):
         if path == mine:
             continue
-        inside = np.isin(digests, read_rows(path, key), assume_unique=True)
+        inside = np.any(np.isin(digests, read_rows(path, key)), axis=1, keepdims=False)
         if inside.any():
             yield path, inside
 
@@ -230,8 +236,8 @@ def _charged_table(path: Path) -> bool:
     )
 
 
-def keep_rows(ledger: Path, rows: Iterable[str]) -> tuple[np.ndarray, bytes]:
-    """The digests of `rows` (a table's canonical rows) under the folder's key, and the key; kept the first time.
+def keep_rows(ledger: Path, rows: Iterable[Sequence[str]]) -> tuple[np.ndarray, bytes]:
+    """The digests of `rows` (a table's rows, each in its spellings) under the folder's key, and the key; kept.
 
     Kept beside `ledger` (the path of that table's ledger, whether or not it exists yet), so that any later table
     of the same people finds them, whether or not this one ever charges.
@@ -242,12 +248,13 @@ def keep_rows(ledger: Path, rows: Iterable[str]) -> tuple[np.ndarray, bytes]:
     key = people_key(ledger.parent)
     digests = row_digests(rows, key)
     kept = rows_path(ledger)
-    if not kept.exists():
+    # Kept again when it holds fewer digests than the table's spellings: a rows file of before held one spelling.
+    if not kept.exists() or read_rows(kept, key).size < np.unique(digests).size:
         write_rows(kept, digests, key)
     return digests, key
 
 
-def know_people(ledger: Ledger, rows: Iterable[str], others_of: OthersOf | None = None) -> None:
+def know_people(ledger: Ledger, rows: Iterable[Sequence[str]], others_of: OthersOf | None = None) -> None:
     """Let `ledger` count the other ledgers of its people (:func:`sharing`, at each use); `rows`: its table's rows.
 
     With `others_of` (the DP-SGD steps an accountant's path holds, none when there is none), it counts its own

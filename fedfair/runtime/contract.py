@@ -1,20 +1,22 @@
 """The wire contract: what the aggregator and every collaborator agree on about one aggregation.
 
-The stages of a training round and of an evaluation, the secure-aggregation session
+The stages of a training round and of an evaluation (each bound on the wire by its
+aggregation and its step in its round kind's declaration), the secure-aggregation session
 number each uses, and the public round parameters the aggregator announces and each
 collaborator checks against its own copy of the plan, and the layout of a training
-round's download and sum under drift correction. Both sides import this module;
-neither imports the other's.
+round's download under drift correction. Both sides import this module; neither imports
+the other's.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from cryptography import x509
@@ -26,27 +28,33 @@ from fedfair.pki.identity import CredentialVerifier
 from fedfair.pki.verification import pinned_credential_verifier
 from fedfair.runtime.manifest import Manifest
 from fedfair.runtime.plan.influence import InfluenceSettings
-from fedfair.runtime.transport import encode_tensor, pb
+from fedfair.runtime.transport import EVALUATE, TRAIN, WireStage, encode_tensor, pb
 from fedfair.runtime.transport.chunks import PlainValues
 from fedfair.secagg import EncodingConfig, SecAggConfig, SecurityParameters
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND
 from fedfair.secagg.noise import NoiseConfig
-from fedfair.secagg.round import AnyStage, RoundSetup, SECURE_ROUND, SecureRound, VERDICT
+from fedfair.secagg.round import AnyStage, RoundSetup, SECURE_ROUND, SecureRound, VERDICT, round_kind
+
+if TYPE_CHECKING:
+    from fedfair.runtime.plan.learning_settings import SecureAggregationSettings
 
 
 @dataclass(frozen=True)
 class Stages:
     """The wire stages of one kind of aggregation: its start, then one per stage of its secure round.
 
-    A secure round's stage ``spec`` travels as ``STAGE_<prefix><spec.wire>`` (proto/fedfair.proto): the
-    stages are named once, in the round's declaration (:data:`~fedfair.secagg.round.SECURE_ROUND`).
+    The k-th stage of the round's declaration (:attr:`protocol`, verified: every stage of it) travels as
+    (:attr:`start`, step k) (:class:`~fedfair.runtime.transport.WireStage`): the stages are named and numbered once,
+    in the round kind's declaration, and a stage added there needs no schema edit. Logs, fault points and reports
+    call it ``STAGE_<prefix><spec.wire>`` (:meth:`name`).
     """
 
-    start: pb.Stage
+    start: WireStage
+    """The aggregation's start (step 0): its download."""
     kind: str
     """What the aggregation's public parameters call it ("train" or "evaluate")."""
     prefix: str
-    """What its secure stages' wire names start with after ``STAGE_``: "" for training, "EVAL_" for evaluation."""
+    """What its secure stages' names start with after ``STAGE_``: "" for training, "EVAL_" for evaluation."""
     session_offset: int
     protocol: SecureRound = SECURE_ROUND
     """The secure round the aggregation runs, stage by stage (verified: every stage of it)."""
@@ -56,28 +64,36 @@ class Stages:
     :func:`~fedfair.runtime.transport.chunks.plain_rounding`, which the aggregator adds to the sum's error bound; an
     evaluation's or the statistics' sums are a few hundred values whose counts and totals are stated exactly, so
     they keep float64."""
-    specs: dict[pb.Stage, AnyStage] = field(init=False, repr=False, compare=False)
+    specs: dict[WireStage, AnyStage] = field(init=False, repr=False, compare=False)
     """Each upload stage -> its specification, in the round's order."""
 
     def __post_init__(self) -> None:
-        specs = {_wire(f"STAGE_{self.prefix}{spec.wire}"): spec for spec in self.protocol.stages(True)}
+        specs = {
+            WireStage(self.start.aggregation, step): spec
+            for step, spec in enumerate(self.protocol.stages(True), start=1)
+        }
         object.__setattr__(self, "specs", specs)
 
-    def wire(self, spec: AnyStage) -> pb.Stage:
+    def wire(self, spec: AnyStage) -> WireStage:
         """The stage `spec` travels as in this kind of aggregation."""
         return next(stage for stage, known in self.specs.items() if known is spec)
+
+    def name(self, stage: WireStage) -> str:
+        """What logs, fault points and reports call `stage` of this aggregation ('STAGE_EVAL_MASKED_INPUT')."""
+        spec = self.specs.get(stage)
+        return str(stage) if spec is None else f"STAGE_{self.prefix}{spec.wire}"
 
     def noun(self, spec: AnyStage) -> str:
         """What the uploads of `spec` are in this kind of aggregation, for the operator's progress line."""
         return spec.evaluation_noun if self.prefix else spec.noun
 
     @property
-    def uploads(self) -> tuple[pb.Stage, ...]:
+    def uploads(self) -> tuple[WireStage, ...]:
         """The secure-aggregation stages, in order: those a collaborator uploads to."""
         return tuple(self.specs)
 
     @property
-    def masked(self) -> pb.Stage:
+    def masked(self) -> WireStage:
         """The stage whose uploads are the contributions (:attr:`SecureRound.contribution`).
 
         Masked under secure aggregation, shared under the bounded sum, plain without secure aggregation.
@@ -85,7 +101,7 @@ class Stages:
         return self.wire(self.protocol.spec(self.protocol.contribution))
 
     @property
-    def committed(self) -> pb.Stage:
+    def committed(self) -> WireStage:
         """The stage after whose upload the sum names a party's contribution (:attr:`SecureRound.committed`).
 
         The survivors' signatures of the masked round, the sites' check of the bounded sum's verdict record.
@@ -93,46 +109,77 @@ class Stages:
         return self.wire(self.protocol.spec(self.protocol.committed))
 
     @property
-    def sum_end(self) -> pb.Stage:
+    def sum_end(self) -> WireStage:
         """The sum's last stage (the masked round's UNMASK, the bounded sum's DECIDE)."""
         return self.wire(self.protocol.sum_stages[-1])
 
     @property
-    def claim(self) -> pb.Stage | None:
+    def claim(self) -> WireStage | None:
         """Verified aggregation: the first stage that verifies the sum (its input: the claimed sum); None without."""
         return self.wire(self.protocol.verify_stages[0]) if self.protocol.verify_stages else None
 
-    def last(self, secure: bool) -> pb.Stage:
+    def last(self, secure: bool) -> WireStage:
         """The aggregation's last stage: an abort is bound to it, so it comes after whatever a collaborator did."""
         return self.uploads[-1] if secure else self.sum_end
 
 
-def _wire(name: str) -> pb.Stage:
-    """The transport's stage `name` (proto/fedfair.proto)."""
-    return cast(pb.Stage, pb.Stage.Value(name))
+@dataclass(frozen=True)
+class Aggregations:
+    """The federation's aggregations, as its plan makes them: its training round's kind and its evaluations'.
+
+    A runtime that meets a wire stage looks it up here (the training round's step k is its plan's kind's k-th
+    stage), so every name, step and limit of a stage comes from its kind's declaration.
+    """
+
+    training: Stages
+    evaluation: Stages
+
+    def __iter__(self) -> Iterator[Stages]:
+        return iter((self.training, self.evaluation))
+
+    def of(self, stage: WireStage) -> Stages | None:
+        """The aggregation `stage` belongs to (None for JOIN or an unknown one)."""
+        return next((stages for stages in self if stages.start.aggregation == stage.aggregation), None)
+
+    def spec(self, stage: WireStage) -> AnyStage | None:
+        """The round kind's stage that `stage` names (None for a start, JOIN, or a step the kind has not)."""
+        stages = self.of(stage)
+        return None if stages is None else stages.specs.get(stage)
+
+    def name(self, stage: WireStage) -> str:
+        """What logs and fault points call `stage` ('STAGE_MASKED_INPUT', 'STAGE_EVALUATE')."""
+        stages = self.of(stage)
+        return str(stage) if stages is None else stages.name(stage)
 
 
-TRAINING = Stages(start=pb.STAGE_TRAIN, kind="train", prefix="", session_offset=0, plain_values=np.dtype("<f4"))
-BOUNDED_TRAINING = Stages(
-    start=pb.STAGE_TRAIN,
-    kind="train",
-    prefix="",
-    session_offset=0,
-    protocol=BOUNDED_ROUND,
-    plain_values=np.dtype("<f4"),
-)
+def training_stages(secure: SecureAggregationSettings) -> Stages:
+    """A training round's stages under the round kind a plan's secure aggregation names (its training kind).
+
+    Raises:
+        ConfigError: no round kind of that name is registered in this process.
+    """
+    return _training(round_kind(secure.training_kind))
+
+
+def aggregations(secure: SecureAggregationSettings) -> Aggregations:
+    """The aggregations of a federation whose plan's secure aggregation is `secure`."""
+    return Aggregations(training_stages(secure), EVALUATION)
+
+
+@functools.cache
+def _training(protocol: SecureRound) -> Stages:
+    """A training round's stages under `protocol`: one value per kind, so every part of a process holds the same."""
+    return Stages(
+        start=TRAIN, kind="train", prefix="", session_offset=0, protocol=protocol, plain_values=np.dtype("<f4")
+    )
+
+
+TRAINING = _training(SECURE_ROUND)
+"""A training round under the masked round (every plan but one that names another kind or bounds its inputs)."""
+BOUNDED_TRAINING = _training(BOUNDED_ROUND)
 """A training round under [secure_aggregation] input_bound = "two_verifiers": the bounded sum's stages."""
-EVALUATION = Stages(start=pb.STAGE_EVALUATE, kind="evaluate", prefix="EVAL_", session_offset=1)
+EVALUATION = Stages(start=EVALUATE, kind="evaluate", prefix="EVAL_", session_offset=1)
 """An evaluation: the masked round's stages in every mode (its sums are counts and losses, which no plan bounds)."""
-
-
-AGGREGATIONS: tuple[Stages, ...] = (TRAINING, BOUNDED_TRAINING, EVALUATION)
-"""Every kind of aggregation a federation runs: a runtime that looks a wire stage up looks in each."""
-
-
-def training_stages(bounded: bool) -> Stages:
-    """A training round's stages: the bounded sum's where the plan bounds every input (`bounded`), else the masked."""
-    return BOUNDED_TRAINING if bounded else TRAINING
 
 
 ACCEPTED = VERDICT
@@ -142,15 +189,6 @@ nothing and stops, :class:`~fedfair.core.errors.VerificationError`)."""
 STREAM_ACCEPTED = ("fedfair-stream", "accepted")
 """The initial metadata the aggregator sends on a task stream it took (this name's only live one), before
 any task: the collaborator says it joined only on it, so a refused second process of a name never does."""
-
-
-def update_dimension(parameters: int, corrects_drift: bool) -> int:
-    """The length of a training round's summed vector for a model of `parameters` numbers.
-
-    D + 1 ([w * delta, w * delta_c]), or 2 (d + 1) with drift correction, whose control variates w * sigma_k+
-    ride in the same vector (`fedfair.core.local.Update.weighted_vector`).
-    """
-    return 2 * (parameters + 1) if corrects_drift else parameters + 1
 
 
 def training_download_size(parameters: int, corrects_drift: bool) -> int:

@@ -8,6 +8,8 @@ order (:class:`PartyOrder`, :class:`ServerOrder`): the state machines (:class:`~
 party, server, input and upload) names its wire and report words, its parsers, the party's step, the server's
 receive and close, and its size limits. Another kind of secure sum (the bounded one) is another
 :class:`SecureRound`, registered by name (:func:`register_round_kind`), whose server keeps :class:`SecureSum`.
+One idea: what a stage is, the guards of its order, the registry of kinds and the masked round's declaration all
+change together when a stage or a kind is added.
 """
 
 from __future__ import annotations
@@ -429,17 +431,42 @@ def register_round_kind(kind: SecureRound) -> SecureRound:
 
     Returns `kind`, so a declaration registers itself where it is made.
 
+    A kind may reuse another's stages (the masked round's, with a stage of its own): a wire name it shares must
+    be said the same way (its words and nouns), since logs and reports read a stage's words by its name.
+
     Raises:
-        ConfigError: another kind of that name is registered, or one of `kind`'s wire names is another kind's.
+        ConfigError: another kind of that name is registered, or one of `kind`'s wire names is another kind's
+            for a stage said otherwise.
     """
     if kind.name in ROUND_KINDS:
         raise ConfigError(f"a round kind named {kind.name!r} is registered already: give {kind.name!r} another name")
-    taken = {spec.wire for known in ROUND_KINDS.values() for spec in known.stages(True)}
-    clashes = sorted(taken & {spec.wire for spec in kind.stages(True)})
+    taken = {spec.wire: _said(spec) for known in ROUND_KINDS.values() for spec in known.stages(True)}
+    clashes = sorted(spec.wire for spec in kind.stages(True) if taken.get(spec.wire, _said(spec)) != _said(spec))
     if clashes:
         raise ConfigError(f"the round kind {kind.name!r} names stages another kind names ({', '.join(clashes)})")
     ROUND_KINDS[kind.name] = kind
     return kind
+
+
+def round_kind(name: str) -> SecureRound:
+    """The registered round kind named `name`.
+
+    Raises:
+        ConfigError: none of that name is registered, naming those that are and how a kind plugs in.
+    """
+    kind = ROUND_KINDS.get(name)
+    if kind is None:
+        known = ", ".join(sorted(ROUND_KINDS))
+        raise ConfigError(
+            f"no round kind named {name!r} is registered (registered: {known}); name one of them, or import the "
+            "module that registers yours (register_round_kind) in every party's process before the plan loads"
+        )
+    return kind
+
+
+def _said(spec: AnyStage) -> tuple[str, str, str]:
+    """How logs and reports say a stage: its words and nouns."""
+    return spec.words, spec.noun, spec.evaluation_noun
 
 
 def stage_words(wire: str) -> str:
@@ -521,9 +548,13 @@ def _tags_withheld(server: Server) -> str | None:
     Relayed, either would make every survivor refuse the sum and stop; aborted instead, the model stays as it
     was and the federation goes on. Where every survivor's own re-sum decides (:func:`resum_decides`: the complete
     graph), the tags that arrived are relayed without the missing ones: the leavers' inputs are in the sum every
-    survivor re-sums, from the claim or, above RESUMMED_WORDS, from the tag set (:meth:`Server.tag_set`).
+    survivor re-sums, from the claim or, above RESUMMED_WORDS, from the tag set (:meth:`Server.tag_set`). With no tag
+    at all there is no survivor left to re-sum it (an honest one that found the claim forged tags nothing): nobody
+    verified it, so it is never applied.
     """
     untagged = [server.config.name_of(party) for party in server.untagged]
+    if len(untagged) == len(server.survivors):
+        return f"no survivor tagged the claimed sum ({', '.join(untagged)} sent none): nobody verified it"
     if untagged and resum_decides(server.config):
         return None
     if untagged:

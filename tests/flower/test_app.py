@@ -7,25 +7,30 @@ held-out worst-decile risk must be fedfair's own run's (`fedfair.api.federate`, 
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
+import numpy as np
 import pytest
 
 pytest.importorskip("flwr")
 
-from cryptography.hazmat.primitives import serialization  # noqa: E402
-
+from fedfair import pki  # noqa: E402
 from fedfair.api import federate  # noqa: E402
-from fedfair.pki.certificates import create_ca, create_request, generate_private_key, sign_request  # noqa: E402
+from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig  # noqa: E402
+from fedfair.core.data import client_batch_sizes  # noqa: E402
+from fedfair.flower import FlowerSettings, initial_arrays  # noqa: E402
+from fedfair.flower.settings import read_pair  # noqa: E402
+from fedfair.runtime.local.workspace import free_port, listening  # noqa: E402
+from tests.flower.quantisation import first_round_under_secaggplus  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -33,12 +38,6 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "flower-fedsrcvar"
 BIN = Path(sys.executable).parent
 SITES = 3
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def descendants(pid: int) -> list[int]:
@@ -97,13 +96,7 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
 
 
 def wait_for_port(port: int, processes: Processes, seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise AssertionError(f"nothing listened on port {port} within {seconds:.0f} s\n{processes.logs()}")
+    assert listening(port, seconds), f"nothing listened on port {port} within {seconds:.0f} s\n{processes.logs()}"
 
 
 def flwr_run(processes: Processes, connection: str, lines: list[str], run_config: str) -> None:
@@ -147,16 +140,9 @@ def test_flwr_run_of_the_example_completes_in_the_simulation_engine(processes: P
 
 def write_tls_files(folder: Path) -> tuple[Path, Path, Path]:
     """fedfair's PKI: a CA, and the SuperLink's certificate (loopback in its names) and key, as PEM files."""
-    ca_certificate, ca_key = create_ca()
-    key = generate_private_key()
-    certificate = sign_request(create_request("superlink", key, role="aggregator"), ca_certificate, ca_key)
-    paths = folder / "ca.pem", folder / "superlink.pem", folder / "superlink.key"
-    paths[0].write_bytes(ca_certificate.public_bytes(serialization.Encoding.PEM))
-    paths[1].write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return paths
+    pki.init_ca(folder)
+    certificate = pki.issue(folder, "aggregator", "superlink", hosts=["localhost", "127.0.0.1"])
+    return folder / "ca.crt", certificate, folder / "superlink.key"
 
 
 DEPLOYED_ROUNDS = 3
@@ -164,7 +150,8 @@ DEPLOYED_ROUNDS = 3
 costs three interpreter starts: at 3 rounds the test took about 3 minutes on 2 loaded cores."""
 
 
-def test_a_deployment_over_tls_reaches_fedfairs_own_worst_decile_risk(processes: Processes, tmp_path: Path) -> None:
+def deploy(processes: Processes, tmp_path: Path) -> list[str]:
+    """A SuperLink serving TLS and one SuperNode per site; the connection's lines for `flwr_run`."""
     ca, certificate, key = write_tls_files(tmp_path)
     port = free_port()
     processes.start(
@@ -179,21 +166,26 @@ def test_a_deployment_over_tls_reaches_fedfairs_own_worst_decile_risk(processes:
             "--superlink", f"127.0.0.1:{port}", "--port", str(free_port()),
             "--node-config", f"partition-id={site} num-partitions={SITES}",
         )  # fmt: skip
-    result_file = tmp_path / "deployment.json"
-    flwr_run(
-        processes,
-        "deployment",
-        [f'address = "127.0.0.1:{port}"', f'root-certificates = "{ca}"'],
-        f"num-server-rounds={DEPLOYED_ROUNDS} result-file='{result_file}'",
-    )
-    deployed = read_result(result_file, processes)
+    return [f'address = "127.0.0.1:{port}"', f'root-certificates = "{ca}"']
 
+
+def example_task() -> ModuleType:
     sys.path.insert(0, str(EXAMPLE))
     try:
-        from fedsrcvar_app.task import adult_by_race, held_out_risks, model
+        return importlib.import_module("fedsrcvar_app.task")
     finally:
         sys.path.remove(str(EXAMPLE))
-    sites = [train for train, _ in adult_by_race()]
+
+
+def test_a_deployment_over_tls_reaches_fedfairs_own_worst_decile_risk(processes: Processes, tmp_path: Path) -> None:
+    connection = deploy(processes, tmp_path)
+    result_file = tmp_path / "deployment.json"
+    flwr_run(processes, "deployment", connection, f"num-server-rounds={DEPLOYED_ROUNDS} result-file='{result_file}'")
+    deployed = read_result(result_file, processes)
+
+    task = example_task()
+    model, held_out_risks = task.model, task.held_out_risks
+    sites = [train for train, _ in task.adult_by_race()]
     # The example's run config: fedfair.api.federate's defaults but rho and the rounds.
     own = federate(model, sites, rho=0.2, epsilon=0.1, rounds=DEPLOYED_ROUNDS)
     expected = held_out_risks(own.model)
@@ -201,3 +193,27 @@ def test_a_deployment_over_tls_reaches_fedfairs_own_worst_decile_risk(processes:
     # The acceptance bound is 0.01; the two runs take the same steps, so they agree to float32 rounding.
     assert abs(deployed["worst_decile_risk"] - expected["worst_decile_risk"]) < 0.01
     assert abs(deployed["worst_decile_risk"] - expected["worst_decile_risk"]) < 1e-4
+
+
+def test_secaggplus_masks_each_round_and_the_pair_moves_within_its_quantisation_bound(
+    processes: Processes, tmp_path: Path
+) -> None:
+    """One round deployed under Flower's SecAgg+: the new pair is the sites' weighted mean up to quantisation."""
+    connection = deploy(processes, tmp_path)
+    result_file = tmp_path / "secaggplus.json"
+    flwr_run(processes, "deployment", connection, f"num-server-rounds=1 secaggplus=true result-file='{result_file}'")
+    masked = read_result(result_file, processes)
+
+    task = example_task()
+    settings = FlowerSettings(ObjectiveConfig(epsilon=0.1, rho=0.2), LocalConfig())  # the example's run config
+    sites = [train for train, _ in task.adult_by_race()]
+    total_batch = TrainingConfig.batch_size  # the example's max_weight, too
+    shares = client_batch_sizes([len(labels) for _, labels in sites], total_batch)
+    start = read_pair(initial_arrays(task.model))
+    exact, bound, move = first_round_under_secaggplus(task.model, sites, settings, shares, total_batch, start)
+    secured = np.concatenate([np.array(masked["last_theta"]), [masked["last_c"]]])
+    error = np.abs(secured - exact).max()
+    assert error <= bound, f"SecAgg+ moved the pair {error:.3g} from the weighted mean, beyond its bound {bound:.3g}"
+    # Quantisation did happen (the pair came through SecAgg+, not a plain sum) and the round moved the pair.
+    assert error > 0.0
+    assert move > 100 * bound

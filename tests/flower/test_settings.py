@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+
 import pytest
 
 pytest.importorskip("flwr")
@@ -10,9 +13,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from flwr.app import Array, ArrayRecord, Context, RecordDict  # noqa: E402
 
+from fedfair.api import federate  # noqa: E402
 from fedfair.core.config import LocalConfig, ObjectiveConfig  # noqa: E402
 from fedfair.core.errors import ConfigError  # noqa: E402
-from fedfair.flower import FedSRCVaRStrategy, FlowerSettings  # noqa: E402
+from fedfair.flower import FedSRCVaRStrategy, FlowerSettings, initial_arrays  # noqa: E402
 from fedfair.flower.client import batch_size, partition_of  # noqa: E402
 from fedfair.flower.settings import BATCH_FRACTION, BATCH_SIZE, pair_record, read_pair  # noqa: E402
 
@@ -77,3 +81,33 @@ def test_the_strategy_checks_its_settings_as_federate_does() -> None:
         FedSRCVaRStrategy(rho=0.2, epsilon=0.1, batch_fraction=1.5)
     with pytest.raises(RuntimeError, match="start"):
         FedSRCVaRStrategy(rho=0.2, epsilon=0.1).output()
+
+
+def defaults(function: Callable[..., object]) -> dict[str, object]:
+    return {
+        name: parameter.default
+        for name, parameter in inspect.signature(function).parameters.items()
+        if parameter.default is not inspect.Parameter.empty
+    }
+
+
+FEDERATE_ONLY = {"rounds", "loss", "device", "record_every"}
+"""federate's settings the strategy does not take: Flower's `start` takes the rounds, `client_app` the loss and
+the device, and a Flower server records no training objective (it holds no rows)."""
+
+
+def test_the_strategy_has_every_federate_setting_and_its_default() -> None:
+    federate_defaults = defaults(federate)
+    strategy_defaults = defaults(FedSRCVaRStrategy.__init__)
+    shared = set(inspect.signature(federate).parameters) - FEDERATE_ONLY - {"model_factory", "clients"}
+    assert shared <= set(inspect.signature(FedSRCVaRStrategy.__init__).parameters)
+    for name in shared & set(federate_defaults):
+        assert strategy_defaults[name] == federate_defaults[name], name
+    for name in set(defaults(initial_arrays)):
+        assert defaults(initial_arrays)[name] == federate_defaults[name], name
+    assert defaults(FlowerSettings)["dtype"] == federate_defaults["dtype"]
+    # And as the defaults build them: the settings every site trains with are federate's objective and steps.
+    strategy = FedSRCVaRStrategy(rho=0.2, epsilon=0.1)
+    assert strategy.settings == FlowerSettings(ObjectiveConfig(epsilon=0.1, rho=0.2), LocalConfig())
+    assert strategy.batch_size == federate_defaults["batch_size"]
+    assert strategy.average_from == federate_defaults["average_from"]

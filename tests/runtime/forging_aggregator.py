@@ -1,5 +1,5 @@
 """A forging aggregator process: ``python forging_aggregator.py PLAN ROUND [sum|model|evaluation|initial|bounded|
-one-share|one-share-to-all]``: attacks that verification stops.
+one-share|one-share-to-all|frame|false-seed|tamper-one]``: attacks that verification stops.
 
 It runs the real aggregator (``fedfair aggregator start --plan PLAN``) rewritten for training round ROUND.
 ``sum`` (the default): the unmasked sum has a word moved before it is decoded, so the model it applies is not
@@ -13,13 +13,23 @@ share-sum of round ROUND's bounded sum has a coordinate moved before it claims i
 it), and its own check of the sites' tags is skipped. ``one-share``: under a two-verifier input bound, the aggregator
 keeps only site-a's SHARE upload of every round (the others' are dropped unread), so the auditor is asked to total
 site-a alone. ``one-share-to-all``: as ``one-share``, with its own floor on the inputs a total covers removed, and the
-verdict record sent to every site (the dropped ones too), so that each site's own check is what stands. Used by
+verdict record sent to every site (the dropped ones too), so that each site's own check is what stands. ``frame``:
+under a two-verifier input bound, the aggregator's verifier message about site-b is moved in round 1, so both
+verifiers reject site-b's honest proof (ROUND is ignored); ``python forging_aggregator.py --framing-auditor ARGS`` is
+``fedfair auditor start ARGS`` with the auditor's message moved instead. ``false-seed``: under a two-verifier input bound, the verdict record of round 1 carries another query seed
+than the one both verifiers drew, the aggregator's message about site-b recomputed under it, and site-b excluded
+(ROUND is ignored): site-b sees what an auditor that framed it would show. ``tamper-one``: under a two-verifier input
+bound, the verdict record sent to site-c in round 1 has a byte of its total moved (ROUND is ignored). Used by
 tests/runtime/test_verified_sums.py and tests/runtime/test_bounded_processes.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 import torch
 
@@ -32,10 +42,15 @@ from fedfair.runtime.contract import BOUNDED_TRAINING, EVALUATION, TRAINING, Sta
 from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded import server as bounded_server
 from fedfair.secagg.bounded.context import BoundedContext
-from fedfair.secagg.bounded.record import VerdictRecord
+from fedfair.secagg.bounded.record import VerdictRecord, sign_record
+from fedfair.secagg.bounded.shares import LeaderShare
 from fedfair.secagg.bounded.upload import LeaderUpload, SealedSeed
-from fedfair.secagg.bounded.verifier import Role
+from fedfair.secagg.bounded.exchange import Commitments, SeedReveal
+from fedfair.secagg.bounded.messages import Encoded
+from fedfair.secagg.bounded.verifier import Role, Verifier, sign
 from fedfair.secagg.bounded.verifying import RoundVerifier
+from fedfair.secagg.bounded.stages import BoundedStage
+from fedfair.secagg.round import AnyStage, Opening, ServerOrder
 from fedfair.secagg.server import AggregateResult, Server
 
 
@@ -107,6 +122,96 @@ def keep_one_share(*, to_all: bool) -> None:
     setattr(RoundVerifier, "record", to_every_site)  # noqa: B010
 
 
+def frame(role: Role) -> None:
+    """Rewrite `role`'s verifier so its message about site-b (party 2 of round 1's roster) has its first output moved
+    in round 1's bounded sum, before it commits to it: both verifiers reject site-b's honest proof, and the verdict record's evidence, signed
+    by both, names it a liar. The aggregator's check of a dispute (:func:`~fedfair.secagg.bounded.record.framing`) is
+    left as it is: a framing aggregator relays site-b's dispute, as the protocol has it."""
+    receive_seed = RoundVerifier.receive_seed
+    first = session_round(1, BOUNDED_TRAINING)
+
+    def moved(verifier: RoundVerifier, peer: SeedReveal) -> Commitments:
+        commitments = receive_seed(verifier, peer)
+        framed = 2
+        if verifier.role is not role or verifier.context.round != first or framed not in verifier.present:
+            return commitments
+        messages = verifier._messages
+        assert messages is not None  # made by receive_seed
+        message = messages[framed]
+        outputs = message.share.outputs.copy()
+        outputs[0] = (int(outputs[0]) + 1) % field.P
+        message = dataclasses.replace(message, share=dataclasses.replace(message.share, outputs=outputs))
+        messages[framed] = message  # what it signs and reveals
+        pending = verifier._verifier(framed)._pending
+        pending[framed] = (pending[framed][0], message)  # what it decides with
+        return Commitments(tuple((party, messages[party].commitment()) for party, _ in commitments.entries))
+
+    setattr(RoundVerifier, "receive_seed", moved)  # noqa: B010 -- the rewrite is the attack
+
+
+def false_seed() -> None:
+    """Rewrite the aggregator's verifier so round 1's verdict record carries another query seed than the one both
+    verifiers drew, the aggregator's message about site-b (party 2) recomputed under it and signed, and site-b moved
+    from accepted to excluded: the record checks at every site, site-b has no dispute, and the honest auditor's
+    message about it is not the one site-b's share for the auditor gives under the record's seed."""
+    receive_upload, record = RoundVerifier.receive_upload, RoundVerifier.record
+    first = session_round(1, BOUNDED_TRAINING)
+    framed = 2
+    kept: dict[bytes, LeaderShare] = {}  # site-b's part, by round context: the verifier drops it once decided
+
+    def keeping(verifier: RoundVerifier, upload: LeaderUpload | SealedSeed) -> None:
+        receive_upload(verifier, upload)
+        if isinstance(upload, LeaderUpload) and upload.party == framed:
+            kept[verifier.context.digest] = upload.share
+
+    def falsely_seeded(verifier: RoundVerifier) -> VerdictRecord:
+        made = record(verifier)
+        context = verifier.context
+        if context.round != first or framed not in made.accepted:
+            return made
+        seed = bytes(32)
+        share = kept[context.digest]
+        message = Verifier(context.layout(framed), Role.LEADER, seed).receive(framed, share)
+        data, signature = sign(verifier._identity_key, context.digest, message)
+        evidence = {
+            **made.evidence,
+            framed: dataclasses.replace(made.evidence[framed], leader_message=data, leader_signature=signature),
+        }
+        accepted = tuple(party for party in made.accepted if party != framed)
+        moved = dataclasses.replace(
+            made, query_seed=seed, accepted=accepted, excluded={**made.excluded, framed: ("moved",)}, evidence=evidence
+        )
+        return sign_record(context, verifier._identity_key, moved)
+
+    setattr(RoundVerifier, "receive_upload", keeping)  # noqa: B010 -- the rewrite is the attack
+    setattr(RoundVerifier, "record", falsely_seeded)  # noqa: B010
+
+
+def tamper_one() -> None:
+    """Rewrite the aggregator's round order so the verdict record TOTAL's close sends site-c (party 3 of round 1's
+    roster) in round 1 has one byte of its total moved, its signature unchanged; every other party is sent the record
+    as signed. (The round's declaration holds the server's own close as it was imported, so the order's call of it is
+    what is rewritten.)"""
+    close = ServerOrder.close
+    first = session_round(1, BOUNDED_TRAINING)
+
+    def tampered_for_site_c(order: ServerOrder, spec: AnyStage, step: Callable[[], Any]) -> Any:
+        opening = close(order, spec, step)
+        server = step.args[0] if isinstance(step, partial) else None  # the driver's partial(close, server)
+        if not isinstance(server, bounded_server.BoundedServer) or spec.stage is not BoundedStage.TOTAL:
+            return opening
+        if server.context.round != first or 3 not in opening.among:
+            return opening
+        record = opening.inputs
+        assert isinstance(record, Encoded)  # one record, the same for every party
+        moved = bytearray(record.data)
+        moved[-100] ^= 1  # a byte of the total (the signature, at most 72 bytes, and its 8-byte length follow it)
+        inputs = {party: Encoded(bytes(moved)) if party == 3 else record for party in opening.among}
+        return Opening(opening.among, inputs)
+
+    setattr(ServerOrder, "close", tampered_for_site_c)  # noqa: B010 -- the rewrite is the attack
+
+
 def flip(round_number: int) -> None:
     """Rewrite the server step so the model made of `round_number`'s (true, verified) sum is sent negated."""
     apply = FedSRCVaR.server_apply
@@ -140,6 +245,9 @@ def backdoor_initial() -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "--framing-auditor":  # the auditor framing site-b: `fedfair auditor start ARGS` so rewritten
+        frame(Role.HELPER)
+        sys.exit(main(["auditor", "start", *sys.argv[2:]]))
     plan, forged_round = sys.argv[1], int(sys.argv[2])
     if sys.argv[3:] == ["model"]:
         flip(forged_round)
@@ -147,6 +255,12 @@ if __name__ == "__main__":
         backdoor_initial()
     elif sys.argv[3:] == ["bounded"]:
         forge_bounded(forged_round)
+    elif sys.argv[3:] == ["frame"]:
+        frame(Role.LEADER)
+    elif sys.argv[3:] == ["false-seed"]:
+        false_seed()
+    elif sys.argv[3:] == ["tamper-one"]:
+        tamper_one()
     elif sys.argv[3:] in (["one-share"], ["one-share-to-all"]):
         keep_one_share(to_all=sys.argv[3] == "one-share-to-all")
     else:

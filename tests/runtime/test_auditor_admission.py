@@ -34,11 +34,12 @@ from fedfair.runtime.transport import (
     server_options,
 )
 from tests.runtime.harness import eventually, refused
+from tests.runtime.wire_stages import WIRE
 
 SITES = ("site-a", "site-b")
 AUDITOR = "audit-co"
 FEDERATION = "f"
-JOIN = make_binding(FEDERATION, 0, pb.STAGE_JOIN)
+JOIN = make_binding(FEDERATION, 0, WIRE["STAGE_JOIN"])
 TIMEOUT = 10
 """Each RPC's deadline (s): a refused call answers at once; a wrongly admitted one would wait, then fail."""
 DENIED = grpc.StatusCode.PERMISSION_DENIED
@@ -79,7 +80,7 @@ class Aggregator:
 def serve(certs: Path, auditor: str | None) -> tuple[Aggregator, grpc.Server]:
     board = Board("digest")
     gate = StageGate(FEDERATION)
-    gate.open(0, pb.STAGE_JOIN)
+    gate.open(0, WIRE["STAGE_JOIN"])
     ca = pki.load_certificate(certs / "ca.crt")
     admits = None if auditor is None else PeerAuthenticator(ca, (auditor,), "auditor")
     if admits is not None:
@@ -118,7 +119,7 @@ def test_the_auditor_is_admitted_at_its_stage_and_is_never_a_collaborator(aggreg
     # Its stream counts for the stages that expect it, but never toward a round's quorum or roster.
     assert aggregator.board.wait_for_connected(2, 0.2) == {"site-a"}
     parameters = b"the round's public parameters"
-    binding = open_stage(aggregator, pb.STAGE_BOUNDED_AUDITOR_KEY, (AUDITOR,), parameters)
+    binding = open_stage(aggregator, WIRE["STAGE_BOUNDED_AUDITOR_KEY"], (AUDITOR,), parameters)
     task = next(stream)
     assert (task.binding, task.action) == (binding, pb.ACTION_RUN)
     fetched = b"".join(part.chunk.data for part in auditor.Fetch(pb.FetchRequest(binding=binding), timeout=TIMEOUT))
@@ -138,7 +139,7 @@ def test_the_auditor_is_admitted_at_its_stage_and_is_never_a_collaborator(aggreg
 
 def test_the_auditor_is_refused_everywhere_else_naming_why(aggregator: Aggregator) -> None:
     auditor = aggregator.stub(AUDITOR)
-    binding = open_stage(aggregator, pb.STAGE_BOUNDED_SHARE, SITES, b"")
+    binding = open_stage(aggregator, WIRE["STAGE_BOUNDED_SHARE"], SITES, b"")
     error = refused(lambda: auditor.Submit(payload_parts(binding, b"share"), timeout=TIMEOUT), DENIED)
     said = error.details()
     assert "the auditor 'audit-co' uploads and fetches only at the bounded sum's auditor stages" in said
@@ -146,7 +147,7 @@ def test_the_auditor_is_refused_everywhere_else_naming_why(aggregator: Aggregato
     error = refused(lambda: auditor.Send(next(payload_parts(binding, b"share")), timeout=TIMEOUT), DENIED)
     assert "not at STAGE_BOUNDED_SHARE" in error.details()
     refused(lambda: list(auditor.Fetch(pb.FetchRequest(binding=binding), timeout=TIMEOUT)), DENIED)
-    train = make_binding(FEDERATION, 1, pb.STAGE_TRAIN)
+    train = make_binding(FEDERATION, 1, WIRE["STAGE_TRAIN"])
     error = refused(lambda: list(auditor.DownloadModel(pb.FetchRequest(binding=train), timeout=TIMEOUT)), DENIED)
     assert "the auditor 'audit-co' is no collaborator: it downloads no model" in error.details()
     report = pb.StatusReport(binding=train, status=pb.COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT)
@@ -158,14 +159,14 @@ def test_the_auditor_is_refused_everywhere_else_naming_why(aggregator: Aggregato
 def test_a_collaborator_is_refused_at_the_auditors_stages(aggregator: Aggregator) -> None:
     # As BOUNDED_ROUND declares who uploads in each stage: the auditor alone in four, both in DECIDE.
     assert AUDITOR_ONLY_WIRE_STAGES == {
-        pb.STAGE_BOUNDED_AUDITOR_KEY,
-        pb.STAGE_BOUNDED_ROSTERS,
-        pb.STAGE_BOUNDED_MESSAGES,
-        pb.STAGE_BOUNDED_TOTAL,
+        WIRE["STAGE_BOUNDED_AUDITOR_KEY"],
+        WIRE["STAGE_BOUNDED_ROSTERS"],
+        WIRE["STAGE_BOUNDED_MESSAGES"],
+        WIRE["STAGE_BOUNDED_TOTAL"],
     }
-    assert AUDITOR_WIRE_STAGES == AUDITOR_ONLY_WIRE_STAGES | {pb.STAGE_BOUNDED_DECIDE}
+    assert AUDITOR_WIRE_STAGES == AUDITOR_ONLY_WIRE_STAGES | {WIRE["STAGE_BOUNDED_DECIDE"]}
     site = aggregator.stub("site-a")
-    binding = open_stage(aggregator, pb.STAGE_BOUNDED_TOTAL, (AUDITOR, "site-a"), b"reveal")
+    binding = open_stage(aggregator, WIRE["STAGE_BOUNDED_TOTAL"], (AUDITOR, "site-a"), b"reveal")
     error = refused(lambda: site.Submit(payload_parts(binding, b"a total"), timeout=TIMEOUT), DENIED)
     assert error.details() == (
         "not permitted: STAGE_BOUNDED_TOTAL is the auditor's stage of the bounded sum; 'site-a' is a collaborator, "
@@ -176,7 +177,7 @@ def test_a_collaborator_is_refused_at_the_auditors_stages(aggregator: Aggregator
 
 
 def test_at_decide_the_auditor_uploads_its_tags_beside_the_sites(aggregator: Aggregator) -> None:
-    binding = open_stage(aggregator, pb.STAGE_BOUNDED_DECIDE, (AUDITOR, "site-a"), b"the verdict record")
+    binding = open_stage(aggregator, WIRE["STAGE_BOUNDED_DECIDE"], (AUDITOR, "site-a"), b"the verdict record")
     for peer in (AUDITOR, "site-a"):
         stub = aggregator.stub(peer)
         fetched = b"".join(part.chunk.data for part in stub.Fetch(pb.FetchRequest(binding=binding), timeout=TIMEOUT))

@@ -44,7 +44,7 @@ from fedfair.runtime.auditor.process import AuditorProcess
 from fedfair.runtime.collaborator.bounded_steps import bounded_encoding
 from fedfair.runtime.collaborator.preparation import plan_change
 from fedfair.runtime.collaborator.retries import DEFAULT_RETRY_POLICY, RetryPolicy
-from fedfair.runtime.collaborator.stage_steps import STEPS
+from fedfair.runtime.collaborator.stage_steps import round_steps
 from fedfair.runtime.collaborator.steps import Work
 from fedfair.runtime.contract import ACCEPTED, BOUNDED_TRAINING
 from fedfair.runtime.failures import PLAN_CHANGED, PLAN_MISMATCH
@@ -66,6 +66,7 @@ from tests.runtime.harness import eventually
 from tests.runtime.test_bounded_round import MODEL, PARAMETERS, Federation, bounded  # noqa: F401 (the fixture)
 from tests.runtime.test_input_bound import AUDITOR, federation  # noqa: F401 (the fixture)
 from tests.runtime.test_manifest import COLLABORATORS
+from tests.runtime.wire_stages import WIRE
 
 QUICK = RetryPolicy(max_wait_seconds=5.0, start_wait_seconds=5.0, base_seconds=0.1, cap_seconds=0.5)
 """The auditor's back-off in these tests: an aggregator that is there answers at once."""
@@ -89,7 +90,7 @@ def served(bounded: Federation) -> Iterator[Served]:  # noqa: F811
     ca_certificate = load_certificate(ca / "ca.crt")
     board = Board(plan.plan_digest(loaded))
     gate = StageGate(loaded.federation_id)
-    gate.open(0, pb.STAGE_JOIN)
+    gate.open(0, WIRE["STAGE_JOIN"])
     auditor = auditor_authenticator(dataclasses.replace(loaded, manifest=bounded.manifest), ca_certificate)
     assert auditor is not None
     board.verifiers = auditor.allowed_names
@@ -168,7 +169,7 @@ def test_the_auditor_process_serves_a_bounded_rounds_auditor_stages(
             if party == AUDITOR_PARTY:
                 continue
             name = names.name_of(party)
-            upload = STEPS[stage](bounded.sites[name], works[name], inputs)
+            upload = round_steps(BOUNDED_TRAINING)[stage](bounded.sites[name], works[name], inputs)
             if handler is None:
                 verdicts[name] = bytes(upload)
             else:
@@ -181,7 +182,9 @@ def test_the_auditor_process_serves_a_bounded_rounds_auditor_stages(
                 binding, (AUDITOR,), inputs, handler, max_upload_bytes=spec.upload_bytes(config), timeout=STAGE_SECONDS
             )
             served.board.wait_stage()
-            assert served.board.close_stage()[0] == {AUDITOR}, f"the auditor did not answer {pb.Stage.Name(stage)}"
+            assert served.board.close_stage()[0] == {AUDITOR}, (
+                f"the auditor did not answer {BOUNDED_TRAINING.name(stage)}"
+            )
         assert spec.withheld is None or spec.withheld(server) is None  # the sites' tags and the auditor's add up
         if spec is BOUNDED_ROUND.sum_stages[-1]:  # the sum is made: every site that tagged it verifies its total
             opening = BOUNDED_ROUND.open_verification(server, server.finish())
@@ -195,7 +198,7 @@ def test_the_auditor_process_serves_a_bounded_rounds_auditor_stages(
     expected = sum(updates[name] for name in COLLABORATORS)
     assert np.max(np.abs(result.decoded.weighted_sum - expected)) <= result.decoded.error_bound
     assert process.rounds.verified == process.rounds.tagged == [1]
-    served.board.finish(make_binding(bounded.loaded.federation_id, 1, pb.STAGE_EVAL_UNMASK))
+    served.board.finish(make_binding(bounded.loaded.federation_id, 1, WIRE["STAGE_EVAL_UNMASK"]))
     thread.join(30.0)
     assert outcome == [0]
 
@@ -206,7 +209,7 @@ def serving(folder: Path, loaded: plan.AggregatorPlan, auditor: str) -> Iterator
     ca = folder / "ca"
     ca_certificate = load_certificate(ca / "ca.crt")
     board, gate = Board(plan.plan_digest(loaded)), StageGate(loaded.federation_id)
-    gate.open(0, pb.STAGE_JOIN)
+    gate.open(0, WIRE["STAGE_JOIN"])
     admits = PeerAuthenticator(ca_certificate, (auditor,), "auditor")
     collaborators = PeerAuthenticator(ca_certificate, COLLABORATORS)
     servicer = Servicer(board, gate, collaborators, plan.shared_settings(loaded), auditor=admits)

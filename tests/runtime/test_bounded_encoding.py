@@ -16,11 +16,13 @@ from hypothesis import strategies as st
 from fedfair.runtime.collaborator.bounded_steps import bounded_encoding
 from fedfair.runtime.collaborator.uplink import input_limit
 from fedfair.runtime.plan import aggregator_plan as plan
-from fedfair.runtime.transport import pb
+from fedfair.runtime.contract import BOUNDED_TRAINING, EVALUATION, Aggregations
+from fedfair.runtime.transport import make_binding, pb
 from fedfair.secagg.bounded.layout import squared_bound
 from fedfair.secagg.bounded.simulate import simulate_bounded_round
 from tests.runtime.test_input_bound import declared
 from tests.runtime.test_plan import aggregator_plan
+from tests.runtime.wire_stages import WIRE
 
 
 @settings(max_examples=40, deadline=None)
@@ -54,7 +56,8 @@ def test_a_verdict_record_at_ten_thousand_parameters_is_within_what_a_site_reads
         weights=weights,
         encoded_input=lambda party: np.zeros(parameters + 1, np.int64),
     )
-    task = pb.Task(binding=pb.Binding(stage=pb.STAGE_BOUNDED_DECIDE))
-    assert trace.record_bytes <= input_limit(task, sites, parameters, 0)
+    task = pb.Task(binding=make_binding("", 0, WIRE["STAGE_BOUNDED_DECIDE"]))
+    BOUNDED = Aggregations(BOUNDED_TRAINING, EVALUATION)
+    assert trace.record_bytes <= input_limit(task, BOUNDED, sites, parameters, 0)
     # Not the secure stages' flat cap: the record outgrows it with d (10.7 MB at d = 10^6, n = 10).
-    assert input_limit(task, sites, 10**6, 0) > 10.7e6
+    assert input_limit(task, BOUNDED, sites, 10**6, 0) > 10.7e6

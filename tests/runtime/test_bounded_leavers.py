@@ -13,6 +13,9 @@ with site-c's input in it. What round 2 may do depends on whether it sends new i
   (:meth:`~fedfair.runtime.auditor.rounds.AuditorRounds._check_inputs_totalled_before`,
   tests/runtime/test_bounded_rerun.py).
 
+A site the aggregator sends a tampered verdict record refuses it and stops (FORGED, exit 2) before its tags: it is such
+a leaver, and what round 2 may do is the same.
+
 A site lost after its tags (before its own verdict at VERIFY) costs no round: its tags are in, so every other site
 verifies the total, and round 2 applies without it.
 """
@@ -26,7 +29,7 @@ import pytest
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from tests.runtime.harness import Processes
 from tests.runtime.test_bounded_plan import DP
-from tests.runtime.test_bounded_processes import NAMES, ROUNDS, bounded_workspace, start_auditor
+from tests.runtime.test_bounded_processes import NAMES, ROUNDS, bounded_workspace, forging_aggregator, start_auditor
 
 TIMEOUT = 10.0
 """The round timeout: how long round 2 waits once for a lost site bound to round 1's total."""
@@ -90,3 +93,34 @@ def test_a_site_lost_before_its_verdict_costs_no_round(tmp_path: Path, processes
     assert [record["status"] for record in log] == ["applied"] * ROUNDS, log
     assert sorted(log[0]["contributors"]) == list(NAMES), log[0]  # its tags were in: its input is in the sum
     assert sorted(log[1]["contributors"]) == ["site-a", "site-b"], log[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("noised", [True, False], ids=["noised", "plain"])
+def test_a_record_tampered_for_one_site_costs_that_site_and_its_round_where_inputs_are_noised(
+    tmp_path: Path, processes: Processes, noised: bool
+) -> None:
+    """Issue 94: the aggregator moves a byte of the total in the record it sends site-c alone (forging_aggregator.py,
+    ``tamper-one``). Site-c refuses it (FORGED, exit 2) and tags nothing, so round 1 is void for everyone. Under
+    distributed DP round 2 applies over site-a and site-b: the record cost site-c and one round. Without noise round 2
+    would be round 1's total less site-c's exact update, so it is void too (docs/security.md, "A record refused by one
+    site")."""
+    privacy = {"privacy": DP["privacy"]} if noised else {}
+    workspace = bounded_workspace(tmp_path, quorum=QUORUM, **privacy)
+    aggregator = forging_aggregator(processes, workspace, "tamper-one")
+    start_auditor(processes, workspace)
+    sites = {name: processes.collaborator(workspace, name) for name in NAMES}
+    assert sites["site-c"].wait(240) == 2, processes.tail()
+    said = "\n".join(sites["site-c"].lines)
+    assert "aggregate-refused: round 1:" in said and "FORGED" in said, said[-3000:]
+    assert "not signed by the aggregator for this round" in said, said[-3000:]
+    assert aggregator.wait(300) == 3, processes.tail()  # round 1 aborted, and the plan allows none
+    first, second = read_round_log(workspace.output)
+    assert first["status"] == "aborted" and "no tags of the bounded sum's total from site-c" in first["reason"], first
+    if noised:
+        assert second["status"] == "applied" and sorted(second["contributors"]) == ["site-a", "site-b"], second
+    else:
+        assert second["status"] == "aborted" and second["model_sha256"] == first["model_sha256"], second
+        assert "site-c is not connected" in second["reason"], second
+    for name in NAMES[:2]:
+        assert sites[name].wait(120) == 3, (name, processes.tail())

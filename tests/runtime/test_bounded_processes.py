@@ -62,16 +62,28 @@ def bounded_workspace(root: Path, **sections: Mapping[str, Any]) -> Workspace:
 
 
 def start_auditor(
-    processes: Processes, workspace: Workspace, *, lenient: bool = False, env: Mapping[str, str] | None = None
+    processes: Processes,
+    workspace: Workspace,
+    *,
+    lenient: bool = False,
+    framing: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> Child:
     """`fedfair auditor start` with the auditor's certificate, the manifest and the aggregator's address.
 
     `lenient`: the auditor without its floor on the inputs a total covers (tests/runtime/lenient_auditor.py);
-    `env` adds to its environment.
+    `framing`: the auditor moving its message about site-b (tests/runtime/forging_aggregator.py); `env` adds to its
+    environment.
     """
     certs = workspace.certs
+    if lenient:
+        program = [sys.executable, str(LENIENT_AUDITOR)]
+    elif framing:
+        program = [sys.executable, str(FORGER), "--framing-auditor"]
+    else:
+        program = [*FEDFAIR_COMMAND, "auditor", "start"]
     command = [
-        *([sys.executable, str(LENIENT_AUDITOR)] if lenient else [*FEDFAIR_COMMAND, "auditor", "start"]),
+        *program,
         "--cert",
         str(certs / f"{AUDITOR}.crt"),
         "--key",
@@ -228,8 +240,8 @@ def test_a_liar_is_excluded_and_named_at_its_first_round_and_the_others_rounds_a
         assert "norm" in liars[0].reasons and (folder / liars[0].kept).exists(), liars
 
 
-def one_share_aggregator(processes: Processes, workspace: Workspace, attack: str) -> Child:
-    """The forging aggregator keeping only site-a's share every round (`attack`: one-share or one-share-to-all)."""
+def forging_aggregator(processes: Processes, workspace: Workspace, attack: str) -> Child:
+    """The forging aggregator making `attack` (one-share, one-share-to-all, frame) from round 1 on."""
     aggregator = Child(
         "aggregator",
         [sys.executable, str(FORGER), str(workspace.plan), "1", attack],
@@ -249,7 +261,7 @@ def test_an_aggregator_that_keeps_one_sites_share_gets_no_total_from_the_auditor
     """Issue 93: the aggregator keeps only site-a's share (threshold 2 of 3): the auditor withdraws at TOTAL naming the
     round and the floor, so no sum of site-a alone is formed, no site is sent a record, and no round is applied."""
     workspace = bounded_workspace(tmp_path)
-    one_share_aggregator(processes, workspace, "one-share")
+    forging_aggregator(processes, workspace, "one-share")
     auditor = start_auditor(processes, workspace)
     sites = {name: processes.collaborator(workspace, name) for name in NAMES}
     refused = "round 1 STAGE_BOUNDED_TOTAL: withdrawing from the round: BELOW_FLOOR"
@@ -269,7 +281,7 @@ def test_a_total_of_one_sites_share_signed_by_a_lenient_auditor_is_refused_by_ev
     the auditor signs without its floor: each site's own check refuses the record (BELOW_FLOOR, exit 2) naming
     round 1, tags nothing and applies nothing."""
     workspace = bounded_workspace(tmp_path)
-    one_share_aggregator(processes, workspace, "one-share-to-all")
+    forging_aggregator(processes, workspace, "one-share-to-all")
     start_auditor(processes, workspace, lenient=True)
     sites = {name: processes.collaborator(workspace, name) for name in NAMES}
     for name, site in sites.items():
@@ -282,3 +294,88 @@ def test_a_total_of_one_sites_share_signed_by_a_lenient_auditor_is_refused_by_ev
         assert record.refusal is not None and (record.refusal.round, record.refusal.reason) == (1, "BELOW_FLOOR")
         assert not any(folder.glob("*model_bundle*")), name  # it keeps no model of this federation
     assert not [record for record in read_round_log(workspace.output) if record["status"] == "applied"]
+
+
+@pytest.mark.slow
+def test_an_aggregator_that_frames_an_honest_site_is_named_at_every_site_and_the_site_is_no_liar(
+    tmp_path: Path, processes: Processes
+) -> None:
+    """Issue 94: the aggregator moves its own verifier message about honest site-b (forging_aggregator.py, ``frame``),
+    so the verdict record's evidence, signed by both verifiers, names site-b a liar. Site-b checks that evidence
+    against the part it sent: the aggregator's message is not the one the part gives, so it sends the part back as its
+    dispute and stops naming the aggregator (FRAMED, exit 2), not as a liar (exit 3). Every accepted site is shown the
+    dispute at VERIFY, checks it and stops naming the aggregator (FRAMED); no site names site-b a liar, none applies the
+    round, and the aggregator's round record does not exclude site-b."""
+    framed = "site-b"
+    workspace = bounded_workspace(tmp_path)
+    forging_aggregator(processes, workspace, "frame")
+    start_auditor(processes, workspace)
+    sites = {name: processes.collaborator(workspace, name) for name in NAMES}
+    for name, site in sites.items():
+        assert site.wait(240) == 2, (name, processes.tail())
+        said = "\n".join(site.lines)
+        assert "aggregate-refused: round 1:" in said and "FRAMED" in said, (name, said[-3000:])
+        if name == framed:
+            assert "this site sent that part back as its dispute" in said, said[-3000:]
+        else:
+            assert f"the aggregator framed {framed}, whose proof checks with the true message" in said, said[-3000:]
+        assert f"the verdict record names {framed}" not in said, (name, said[-3000:])
+        folder = workspace.configs[name].parent
+        (record,) = (OutcomeRecord(path, 0) for path in folder.glob(f"{name}.*.{OUTCOME_SUFFIX}"))
+        assert record.liars == (), (name, record.liars)
+        assert record.refusal is not None and (record.refusal.round, record.refusal.reason) == (1, "FRAMED"), name
+        assert not any(folder.glob("*model_bundle*")), name
+    log = read_round_log(workspace.output)
+    assert not [record for record in log if record["status"] == "applied"], log
+    assert not [record for record in log if framed in record.get("excluded", {})], log
+
+
+@pytest.mark.slow
+def test_an_auditor_that_frames_a_site_is_named_by_that_site_alone(tmp_path: Path, processes: Processes) -> None:
+    """Issue 94's limit: the auditor moves its own verifier message about honest site-b. Site-b finds the auditor's
+    message is not the one its share for the auditor gives and stops naming the auditor (FRAMED, exit 2); it shows
+    nobody, as showing it would take that share, which with the aggregator's part is its update. The others cannot
+    tell it from a liar: they name site-b a liar and their rounds apply without it (docs/security.md, "A framed
+    site")."""
+    framed, honest = "site-b", ("site-a", "site-c")
+    workspace = bounded_workspace(tmp_path)
+    aggregator = processes.aggregator(workspace)
+    start_auditor(processes, workspace, framing=True)
+    sites = {name: processes.collaborator(workspace, name) for name in NAMES}
+    assert sites[framed].wait(240) == 2, processes.tail()
+    said = "\n".join(sites[framed].lines)
+    assert (
+        "aggregate-refused: round 1:" in said
+        and "FRAMED" in said
+        and "the auditor framed it, or the aggregator wrote a false query seed" in said
+    ), said[-3000:]
+    assert aggregator.wait(300) == 0, processes.tail()
+    log = read_round_log(workspace.output)
+    assert [record["status"] for record in log] == ["applied"] * ROUNDS, processes.tail()
+    assert list(log[0].get("excluded", {})) == [framed], log[0]
+    for name in honest:
+        assert sites[name].wait(60) == 0, processes.tail()
+        assert any(f"the verdict record names {framed}" in line for line in sites[name].lines), processes.tail()
+
+
+@pytest.mark.slow
+def test_an_aggregator_that_writes_a_false_query_seed_is_not_passed_off_as_the_auditor(
+    tmp_path: Path, processes: Processes
+) -> None:
+    """Red team of issue 94: nothing the auditor signs binds the verdict record's query seed, so the aggregator alone
+    writes another seed in round 1's record, its own message about honest site-b recomputed under it, and site-b
+    excluded (forging_aggregator.py, ``false-seed``). The record checks and site-b has no dispute; the honest auditor's
+    message is not the one site-b's share gives under that seed. Site-b stops (FRAMED, exit 2) naming both verifiers,
+    not the auditor alone, and no other site names site-b a liar (liars are named at VERIFY, which this round, its
+    tags withheld by the auditor from a record that accepts fewer sites than its total covers, never reaches)."""
+    framed = "site-b"
+    workspace = bounded_workspace(tmp_path)
+    forging_aggregator(processes, workspace, "false-seed")
+    start_auditor(processes, workspace)
+    sites = {name: processes.collaborator(workspace, name) for name in NAMES}
+    assert sites[framed].wait(240) == 2, processes.tail()
+    said = "\n".join(sites[framed].lines)
+    assert "aggregate-refused: round 1:" in said and "FRAMED" in said, said[-3000:]
+    assert "the auditor framed it, or the aggregator wrote a false query seed" in said, said[-3000:]
+    for name in ("site-a", "site-c"):
+        assert f"the verdict record names {framed}" not in "\n".join(sites[name].lines), processes.tail()

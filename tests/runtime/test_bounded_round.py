@@ -1,7 +1,7 @@
 """One bounded training round through the runtime's own pieces, in process, with the federation's real certificates.
 
 The aggregator's side as its driver runs it (its round parameters, :func:`aggregator_setup`, the protocol's server
-and names, each upload through :class:`SecureUpload`), the sites' as their steps run it (:data:`STEPS`: SHARE,
+and names, each upload through :class:`SecureUpload`), the sites' as their steps run it (:func:`round_steps`: SHARE,
 DECIDE and VERIFY, every relayed certificate checked against the manifest's pins), and the auditor's from the same parameters
 and pins. Only the transport is left out. A liar (the FEDFAIR_TEST_LIAR fault) is excluded and named at its first
 round, by the aggregator as a proven culprit and by every honest site's own check of the record, and the others'
@@ -41,13 +41,15 @@ from fedfair.runtime.aggregator.round_identities import RoundIdentities, aggrega
 from fedfair.runtime.aggregator.secure_uploads import SecureUpload
 from fedfair.runtime.collaborator.bounded_steps import bounded_encoding
 from fedfair.runtime.collaborator.chain import ModelChain
-from fedfair.runtime.collaborator.stage_steps import STEPS
+from fedfair.runtime.collaborator.stage_steps import round_steps
 from fedfair.runtime.collaborator.steps import Participant, Work
 from fedfair.runtime.collaborator.uplink import input_limit
 from fedfair.runtime.contract import (
     ACCEPTED,
     BOUNDED_TRAINING,
+    EVALUATION,
     TRAINING,
+    Aggregations,
     RoundParameters,
     model_digest,
     model_download,
@@ -57,7 +59,7 @@ from fedfair.runtime.contract import (
 from fedfair.runtime.faults import LIAR_VARIABLE
 from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.runtime.plan.bounded_noise import bounded_noise_mu
-from fedfair.runtime.transport import pb
+from fedfair.runtime.transport import make_binding, pb
 from fedfair.pki.identity import generate_identity_key
 from fedfair.secagg import keys
 from fedfair.secagg.bounded.exchange import AUDITOR as AUDITOR_PARTY
@@ -197,8 +199,9 @@ def run_round(
             inputs = record(inputs, server)
         if opening.among != (AUDITOR_PARTY,):  # what a site reads is within what it admits
             wire = BOUNDED_TRAINING.wire(spec)
-            task = pb.Task(binding=pb.Binding(stage=wire))
-            assert len(inputs) <= input_limit(task, len(COLLABORATORS), PARAMETERS, 0), pb.Stage.Name(wire)
+            task = pb.Task(binding=make_binding("", 0, wire))
+            limit = input_limit(task, Aggregations(BOUNDED_TRAINING, EVALUATION), len(COLLABORATORS), PARAMETERS, 0)
+            assert len(inputs) <= limit, BOUNDED_TRAINING.name(wire)
         for party in opening.among:
             name = names.name_of(party)
             if party == AUDITOR_PARTY and auditor is not None:
@@ -217,7 +220,9 @@ def run_round(
                     if name == liar:
                         lying.setenv(LIAR_VARIABLE, str(factor))
                     try:
-                        upload = STEPS[BOUNDED_TRAINING.wire(spec)](bounded.sites[name], works[name], inputs)
+                        upload = round_steps(BOUNDED_TRAINING)[BOUNDED_TRAINING.wire(spec)](
+                            bounded.sites[name], works[name], inputs
+                        )
                     except (RefusedError, VerificationError) as error:
                         verdicts[name] = error
                         continue
@@ -355,7 +360,7 @@ def test_a_site_shares_nothing_under_parameters_its_plan_or_its_manifest_refuses
     encoded = np.zeros(PARAMETERS + 1, np.int64)
     work = Work(1, BOUNDED_TRAINING, None, 1.0, model=MODEL, encoded=encoded)
     with pytest.raises(RefusedError, match=refusal) as caught:
-        STEPS[BOUNDED_TRAINING.wire(share)](
+        round_steps(BOUNDED_TRAINING)[BOUNDED_TRAINING.wire(share)](
             bounded.sites["hospital-a"], work, ShareOpening(parameters.to_bytes(), round_key).to_bytes()
         )
     assert caught.value.reason is Refusal.WITHDRAWN

@@ -1,32 +1,34 @@
-"""The bounded secure sum's stages travel on the transport: each has its wire stage, in the round's order.
+"""The bounded secure sum's stages travel on the transport: each is (TRAIN, its step), in the round's order.
 
-The aggregator's stage gate admits a read only for a stage already opened, by number, so a training round's
-bounded stages must be numbered after TRAIN, in their declared order, and before EVALUATE.
+The aggregator's stage gate admits a read only for a stage already opened, in (aggregation, step) order, so a
+training round's stages must come after TRAIN's start, in their declared order, and before EVALUATE.
 """
 
 from __future__ import annotations
 
-from fedfair.runtime.contract import Stages
-from fedfair.runtime.transport import fedfair_pb2 as pb
+from fedfair.runtime.contract import BOUNDED_TRAINING, EVALUATION, TRAINING, Aggregations
+from fedfair.runtime.transport import EVALUATE, TRAIN, WireStage
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND
 
 
 def test_every_bounded_stage_has_a_training_wire_stage_in_the_rounds_order() -> None:
-    bounded = Stages(start=pb.STAGE_TRAIN, kind="train", prefix="", session_offset=0, protocol=BOUNDED_ROUND)
+    bounded = BOUNDED_TRAINING
 
     assert len(bounded.uploads) == len(BOUNDED_ROUND.stages(True)) == 7
-    assert list(bounded.uploads) == sorted(bounded.uploads)
-    assert pb.STAGE_TRAIN < bounded.uploads[0] and bounded.uploads[-1] < pb.STAGE_EVALUATE
-    assert [pb.Stage.Name(stage) for stage in bounded.uploads] == [
+    assert list(bounded.uploads) == [WireStage(TRAIN.aggregation, step) for step in range(1, 8)]
+    assert TRAIN < bounded.uploads[0] and bounded.uploads[-1] < EVALUATE
+    assert [bounded.name(stage) for stage in bounded.uploads] == [
         f"STAGE_{spec.wire}" for spec in BOUNDED_ROUND.stages(True)
     ]
 
 
-def test_the_bounded_stages_leave_the_masked_rounds_stages_in_order() -> None:
-    """Renumbering the evaluation's stages kept the masked round's order and its evaluation's after training."""
-    masked = Stages(start=pb.STAGE_TRAIN, kind="train", prefix="", session_offset=0)
-    evaluation = Stages(start=pb.STAGE_EVALUATE, kind="evaluate", prefix="EVAL_", session_offset=1)
+def test_each_federation_reads_a_training_step_as_its_own_kinds_stage() -> None:
+    """The masked and the bounded round both number their stages from TRAIN's step 1: the plan's kind names them."""
+    masked, bounded = Aggregations(TRAINING, EVALUATION), Aggregations(BOUNDED_TRAINING, EVALUATION)
+    step_one = WireStage(TRAIN.aggregation, 1)
 
-    assert list(masked.uploads) == sorted(masked.uploads)
-    assert list(evaluation.uploads) == sorted(evaluation.uploads)
-    assert masked.uploads[-1] < pb.STAGE_BOUNDED_AUDITOR_KEY < pb.STAGE_EVALUATE < evaluation.uploads[0]
+    assert masked.name(step_one) == "STAGE_ADVERTISE_KEYS" and bounded.name(step_one) == "STAGE_BOUNDED_AUDITOR_KEY"
+    assert masked.name(WireStage(EVALUATE.aggregation, 1)) == "STAGE_EVAL_ADVERTISE_KEYS"
+    assert masked.name(TRAIN) == "STAGE_TRAIN" and masked.spec(TRAIN) is None
+    assert list(EVALUATION.uploads) == sorted(EVALUATION.uploads) and TRAINING.uploads[-1] < EVALUATE
+    assert masked.name(WireStage(TRAIN.aggregation, 99)) == "STAGE_TRAIN step 99"  # no such stage: said as it came

@@ -44,10 +44,10 @@ from fedfair.runtime.collaborator.config import (
     load_collaborator_config,
 )
 from fedfair.runtime.collaborator.retries import RetryPolicy
+from fedfair.core.update import update_dimension
 from fedfair.runtime.contract import (
     split_training_download,
     training_download,
-    update_dimension,
 )
 from fedfair.runtime.plan.aggregator_plan import (
     SharedSettings,

@@ -270,4 +270,5 @@ def test_plan_show_under_two_verifiers_describes_the_bounded_sums_check(
     assert "re-sum" not in out.replace("no site re-sums", "")
     assert "training sums: bounded sums, each checked by every accepted site's tags" in out, out
     assert "a site that leaves after sharing and before its tags voids that round" in out, out
+    assert "every site refuses the round naming the aggregator (FRAMED)" in out, out  # a framed site's dispute
     assert "input bound: two verifiers, the aggregator and auditor 'audit-co'" in out, out

@@ -38,7 +38,7 @@ from fedfair.runtime.plan.privacy import (
     statistics_release,
     training_privacy,
 )
-from tests.runtime.harness import new_workspace, thread_federation
+from tests.runtime.harness import Processes, new_workspace, thread_federation
 
 
 def test_one_answer_spends_the_plans_epsilon() -> None:
@@ -84,6 +84,9 @@ def test_the_honest_survivors_carry_the_whole_noise() -> None:
             r"report_epsilon .* go to the aggregator exact; set report_epsilon \(e.g. 1.0\)",
         ),
         ({"mode": "local"}, True, r'mode = "local" protects training, but without report_epsilon'),
+        # Red team: without secure aggregation the fix named was report_epsilon, which the next load refused
+        # ("remove report_epsilon"): both steps are named now.
+        ({"mode": "local"}, False, r"turn \[secure_aggregation\] on and set report_epsilon \(e.g. 1.0\)"),
     ],
 )
 def test_a_privacy_section_that_cannot_hold_is_refused(section: dict[str, float], secure: bool, message: str) -> None:
@@ -190,6 +193,8 @@ def test_a_noised_federation_reports_with_the_noise_each_site_charged(tmp_path: 
             "local DP-SGD",
         ),
         (PrivacyConfig(enabled=True, noise_multiplier=1.0), PlanPrivacy(report_epsilon=1.0), None),
+        (PrivacyConfig(enabled=True, noise_multiplier=1.0), PlanPrivacy(mode="local", report_epsilon=1.0), None),
+        (PrivacyConfig(), PlanPrivacy(mode="local", report_epsilon=1.0), "its updates would leave un-noised"),
         (
             PrivacyConfig(enabled=True, noise_multiplier=1.0),
             PlanPrivacy(),
@@ -207,6 +212,24 @@ def test_a_collaborator_refuses_a_plan_below_its_own_privacy(
         assert shortfall is None
     else:
         assert shortfall is not None and refused in shortfall
+
+
+def test_a_site_without_its_own_dp_sgd_refuses_a_plan_that_leaves_training_noise_to_each_site(
+    tmp_path: Path, processes: Processes
+) -> None:
+    """Red team: a plan's mode = "local" promises each institution's own DP-SGD and nothing else noises training.
+    A real site whose config has no [privacy] joined it and would have sent exact updates; it now exits 2 with
+    plan-mismatch before anything leaves, naming its config's [privacy] and the operator's mode = "off"."""
+    workspace = new_workspace(tmp_path, ["site-a", "site-b"], privacy={"mode": "local", "report_epsilon": 1.0})
+    processes.aggregator(workspace)
+    site = processes.collaborator(workspace, "site-a")
+    assert site.wait(timeout=180) == 2, processes.tail()
+    said = "\n".join(site.lines)
+    assert "plan-mismatch" in said and 'mode = "local" trains under each institution\'s own DP-SGD' in said, said
+    assert "set [privacy] enabled = true" in said and 'ask the operator for mode = "off"' in said
+    # Nothing was charged nor kept: the refusal came before the one-input record and the ledger were opened.
+    assert not list(tmp_path.rglob("*.bindings.json"))
+    assert not open_ledger(load_collaborator_config(workspace.configs["site-a"])).releases()
 
 
 def test_a_collaborators_own_dp_sgd_joins_a_plan_without_secure_aggregation() -> None:

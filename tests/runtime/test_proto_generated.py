@@ -44,9 +44,9 @@ def all_messages() -> list:  # type: ignore[type-arg]
     return list(fedfair_pb2.DESCRIPTOR.message_types_by_name.values())
 
 
-def test_every_rpc_message_is_bound_to_federation_round_and_stage() -> None:
+def test_every_rpc_message_is_bound_to_federation_round_stage_and_step() -> None:
     binding = fedfair_pb2.DESCRIPTOR.message_types_by_name["Binding"]
-    assert [field.name for field in binding.fields] == ["federation_id", "round", "stage"]
+    assert [field.name for field in binding.fields] == ["federation_id", "round", "stage", "step"]
     for method in SERVICE.methods:
         for message in (method.input_type, method.output_type):
             bound = [field for field in message.fields if field.message_type is binding]

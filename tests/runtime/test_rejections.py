@@ -65,6 +65,8 @@ from tests.runtime.harness import (
     refused,
     thread_federation,
 )
+from fedfair.runtime.transport import WireStage
+from tests.runtime.wire_stages import WIRE
 
 pytestmark = pytest.mark.slow  # a live federation in threads, held mid-round
 NAMES = ["site-a", "site-b", "site-c"]
@@ -75,7 +77,7 @@ TIMEOUT = 20
 class Hold:
     """Pauses every collaborator when it receives the task for `stage` of round 2, and taps site-a's uploads."""
 
-    def __init__(self, stage: pb.Stage = pb.STAGE_ADVERTISE_KEYS) -> None:
+    def __init__(self, stage: pb.Stage = WIRE["STAGE_ADVERTISE_KEYS"]) -> None:
         self.stage = stage
         self.released: dict[str, threading.Event] = {name: threading.Event() for name in NAMES}
         self.arrived: dict[str, threading.Event] = {name: threading.Event() for name in NAMES}
@@ -86,7 +88,7 @@ class Hold:
         step, submit = collaborator.step, collaborator.submit
 
         def held_step(stub: pb_grpc.FederationStub, task: pb.Task) -> None:
-            if (task.binding.round, task.binding.stage) == (2, self.stage):
+            if (task.binding.round, WireStage.of(task.binding)) == (2, self.stage):
                 self.arrived[name].set()
                 self.released[name].wait(120)
             step(stub, task)
@@ -95,7 +97,7 @@ class Hold:
             if name == "site-a":
                 self.uploads.append((binding, payload))
             submit(stub, binding, payload)
-            if name == "site-a" and (binding.round, binding.stage) == (2, self.stage):
+            if name == "site-a" and (binding.round, WireStage.of(binding)) == (2, self.stage):
                 self.site_a_uploaded.set()
 
         collaborator.step = held_step  # type: ignore[method-assign]
@@ -152,7 +154,7 @@ def join_request() -> pb.PlanRequest:
     return plan_request(FEDERATION)
 
 
-ADVERTISE = make_binding(FEDERATION, 2, pb.STAGE_ADVERTISE_KEYS)
+ADVERTISE = make_binding(FEDERATION, 2, WIRE["STAGE_ADVERTISE_KEYS"])
 
 
 # ---------------------------------------------------------------- who may talk at all
@@ -227,7 +229,10 @@ def test_a_replayed_submission_is_refused(held: tuple[Workspace, ThreadFederatio
     workspace, _, hold = held
     stub = as_site_a(workspace)
     earlier = [(binding, payload) for binding, payload in hold.uploads if binding.round == 1 and payload]
-    assert {binding.stage for binding, _ in earlier} >= {pb.STAGE_ADVERTISE_KEYS, pb.STAGE_MASKED_INPUT}
+    assert {WireStage.of(binding) for binding, _ in earlier} >= {
+        WIRE["STAGE_ADVERTISE_KEYS"],
+        WIRE["STAGE_MASKED_INPUT"],
+    }
     for binding, payload in earlier:
         # As it was: bound to round 1, which is over.
         error = refused(
@@ -236,7 +241,9 @@ def test_a_replayed_submission_is_refused(held: tuple[Workspace, ThreadFederatio
         )
         assert error.details() == NOT_EXPECTED
     # Re-bound to the open stage: the transport admits it, the secure-aggregation session refuses it.
-    advertisement = next(payload for binding, payload in earlier if binding.stage == pb.STAGE_ADVERTISE_KEYS)
+    advertisement = next(
+        payload for binding, payload in earlier if WireStage.of(binding) == WIRE["STAGE_ADVERTISE_KEYS"]
+    )
     refused(
         lambda: stub.Submit(payload_parts(ADVERTISE, advertisement), timeout=TIMEOUT), grpc.StatusCode.INVALID_ARGUMENT
     )
@@ -352,7 +359,7 @@ def test_a_collaborator_refuses_to_send_a_nan_update(
 
         def step_then_release(stub: Any, task: pb.Task) -> None:
             step(stub, task)
-            if task.binding.stage == pb.STAGE_CHECK_SHARES and task.binding.round == 2:
+            if WireStage.of(task.binding) == WIRE["STAGE_CHECK_SHARES"] and task.binding.round == 2:
                 checked.set()
 
         collaborator.start_round = start_and_finish  # type: ignore[method-assign]
@@ -379,8 +386,8 @@ def test_the_aggregator_refuses_a_non_finite_plain_update(tmp_path: Path) -> Non
     workspace = new_workspace(
         tmp_path, NAMES, training={"rounds": 2}, secure_aggregation={"enabled": False}, quorum={"min_collaborators": 3}
     )
-    masked = make_binding(FEDERATION, 2, pb.STAGE_MASKED_INPUT)
-    hold = Hold(pb.STAGE_MASKED_INPUT)
+    masked = make_binding(FEDERATION, 2, WIRE["STAGE_MASKED_INPUT"])
+    hold = Hold(WIRE["STAGE_MASKED_INPUT"])
     with thread_federation(workspace, collaborator=hold.install) as federation:
         hold.wait_until_held()
         stub = as_site_a(workspace)
@@ -423,7 +430,7 @@ def test_a_refused_upload_does_not_hold_the_stage_to_its_deadline(
         submit = collaborator.submit
 
         def negative_weight(stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes) -> None:
-            if name == "site-c" and (binding.round, binding.stage) == (2, pb.STAGE_MASKED_INPUT):
+            if name == "site-c" and (binding.round, WireStage.of(binding)) == (2, WIRE["STAGE_MASKED_INPUT"]):
                 payload = payload[:-8] + np.array([-1.0], dtype="<f8").tobytes()
             submit(stub, binding, payload)
 

@@ -66,6 +66,8 @@ from fedfair.runtime.transport.chunks import PlainValues, plain_rounding, plain_
 from fedfair.secagg import Encoder, EncodingConfig, SecurityParameters
 from tests.federations import adult_by_race
 from tests.runtime.harness import new_workspace
+from fedfair.runtime.transport import WireStage
+from tests.runtime.wire_stages import WIRE
 
 NAMES = ["site-a", "site-b", "site-c"]
 
@@ -210,9 +212,9 @@ def test_a_plan_from_flags_alone(tmp_path: Path) -> None:
 def test_a_stage_waits_on_a_condition_not_a_clock() -> None:
     board = Board("digest")
     for name in NAMES:
-        board.connect(name, make_binding("f", 0, pb.STAGE_JOIN))
+        board.connect(name, make_binding("f", 0, WIRE["STAGE_JOIN"]))
     board.new_round(1)
-    binding = make_binding("f", 1, pb.STAGE_ADVERTISE_KEYS)
+    binding = make_binding("f", 1, WIRE["STAGE_ADVERTISE_KEYS"])
     received: list[str] = []
     board.open_stage(
         binding, NAMES, b"in", lambda peer, payload: received.append(peer), max_upload_bytes=10, timeout=60.0
@@ -230,14 +232,14 @@ def test_a_stage_waits_on_a_condition_not_a_clock() -> None:
 def test_a_task_stream_of_a_restarted_process_skips_the_round_in_progress() -> None:
     board = Board("digest")
     board.new_round(4)
-    board.publish(["site-a"], make_binding("f", 4, pb.STAGE_TRAIN), pb.ACTION_RUN)
-    board.finish(make_binding("f", 4, pb.STAGE_EVAL_UNMASK))
+    board.publish(["site-a"], make_binding("f", 4, WIRE["STAGE_TRAIN"]), pb.ACTION_RUN)
+    board.finish(make_binding("f", 4, WIRE["STAGE_EVAL_UNMASK"]))
     fresh = list(
-        board.stream_tasks("site-a", board.connect("site-a", make_binding("f", 0, pb.STAGE_JOIN)), lambda: True)
+        board.stream_tasks("site-a", board.connect("site-a", make_binding("f", 0, WIRE["STAGE_JOIN"])), lambda: True)
     )
     assert [task.action for task in fresh] == [pb.ACTION_FINISHED]
     continuing = list(
-        board.stream_tasks("site-a", board.connect("site-a", make_binding("f", 4, pb.STAGE_JOIN)), lambda: True)
+        board.stream_tasks("site-a", board.connect("site-a", make_binding("f", 4, WIRE["STAGE_JOIN"])), lambda: True)
     )
     assert [task.action for task in continuing] == [pb.ACTION_RUN, pb.ACTION_FINISHED]
 
@@ -345,7 +347,7 @@ def test_a_plain_sum_adds_in_name_order_whatever_order_the_uploads_arrive_in() -
     for arrival in (NAMES, ["site-a", "site-c", "site-b"]):  # summed as they arrive, the second would give 1
         board, gate = Board("digest"), StageGate("f")
         for name in NAMES:
-            board.connect(name, make_binding("f", 0, pb.STAGE_JOIN))
+            board.connect(name, make_binding("f", 0, WIRE["STAGE_JOIN"]))
         board.new_round(1)
         driver = SumDriver(
             board,
@@ -357,9 +359,9 @@ def test_a_plain_sum_adds_in_name_order_whatever_order_the_uploads_arrive_in() -
             summing = pool.submit(driver.run, 1, TRAINING, frozenset(NAMES), 1, wide, (np.zeros(1), 5.0))
             # The stream hands out the MASKED_INPUT task once that stage is open.
             tasks = board.stream_tasks(
-                "site-a", board.connect("site-a", make_binding("f", 1, pb.STAGE_JOIN)), lambda: True
+                "site-a", board.connect("site-a", make_binding("f", 1, WIRE["STAGE_JOIN"])), lambda: True
             )
-            masked = next(task.binding for task in tasks if task.binding.stage == TRAINING.masked)
+            masked = next(task.binding for task in tasks if WireStage.of(task.binding) == TRAINING.masked)
             for name in arrival:
                 board.deliver(name, masked, updates[name])
             outcome = summing.result(timeout=10)

@@ -64,13 +64,12 @@ ABOVE_THE_BOUND = [
     sys.executable,
     "-c",
     "import sys; from fedfair.secagg import config; config.RESUMMED_WORDS = 0; "
-    "from fedfair.runtime.aggregator import kept_inputs; kept_inputs.large = lambda size: True; "
     "from fedfair.runtime.collaborator import client; client.large = lambda size: True; "
     "from fedfair.cli import main; sys.exit(main())",
 ]
-"""`fedfair`, with every sum above RESUMMED_WORDS (patched to 0 words before anything runs), the aggregator's
-masked inputs and the sites' tag sets kept in files as a large model's are
-(:mod:`~fedfair.runtime.aggregator.kept_inputs`, ``Uplink.input_in_file``): tests only.
+"""`fedfair`, with every sum above RESUMMED_WORDS (patched to 0 words before anything runs), so the aggregator's
+masked inputs kept in files (:mod:`~fedfair.runtime.aggregator.kept_inputs`), and the sites' tag sets kept in
+files as a large model's are (``Uplink.input_in_file``): tests only.
 Not a ``FEDFAIR_COMMAND``, so each party is executed afresh rather than forked from the forkserver."""
 
 

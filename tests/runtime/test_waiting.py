@@ -30,10 +30,12 @@ from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.observe.federation_metrics import FederationCollector
 from fedfair.runtime.observe.status import federation_state
 from fedfair.runtime.observe.status_page import status_page
-from fedfair.runtime.transport import make_binding, pb
+from fedfair.runtime.contract import TRAINING
+from fedfair.runtime.transport import make_binding
 from tests.runtime.harness import eventually
 from tests.runtime.test_monitoring import samples
 from tests.runtime.test_report import NAMES, applied
+from tests.runtime.wire_stages import WIRE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -204,13 +206,13 @@ def test_a_site_that_holds_a_stage_up_is_named_with_the_stage_everywhere_until_i
     events = running_federation(tmp_path, lost_in_round=None)
     board = Board("digest", events=events)
     for name in NAMES:
-        board.connect(name, make_binding("fed-wait", 2, pb.STAGE_EVAL_UNMASK))
+        board.connect(name, make_binding("fed-wait", 2, WIRE["STAGE_EVAL_UNMASK"]))
     board.new_round(3)
-    advertise = make_binding("fed-wait", 3, pb.STAGE_ADVERTISE_KEYS)
+    advertise = make_binding("fed-wait", 3, WIRE["STAGE_ADVERTISE_KEYS"])
     board.open_stage(advertise, NAMES, b"", lambda peer, payload: None, max_upload_bytes=1 << 10, timeout=60.0)
     for name in NAMES[:2]:
         board.deliver(name, advertise, b"key")
-    waiter = threading.Thread(target=board.wait_stage, args=(partial(report_progress, True, events), 0.2))
+    waiter = threading.Thread(target=board.wait_stage, args=(partial(report_progress, True, TRAINING, events), 0.2))
     waiter.start()
     assert eventually(lambda: federation_state(tmp_path).waiting is not None, 10.0)
     waiting = federation_state(tmp_path).waiting

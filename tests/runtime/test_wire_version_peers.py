@@ -44,6 +44,7 @@ from tests.runtime.harness import new_workspace, refused
 from tests.runtime.test_auditor_process import serving
 from tests.runtime.test_bounded_round import Federation, bounded  # noqa: F401 (the fixture)
 from tests.runtime.test_input_bound import AUDITOR, federation  # noqa: F401 (the fixture)
+from tests.runtime.wire_stages import WIRE
 
 OLD = WIRE_VERSION - 1
 """The version of a peer of the previous release (a release that versioned its wire, unlike version 0)."""
@@ -56,7 +57,7 @@ def test_the_aggregator_refuses_a_caller_of_another_wire_naming_both_versions_an
     theirs: int,
 ) -> None:
     caplog.set_level(logging.INFO, logger="fedfair.aggregator")
-    request = pb.PlanRequest(binding=make_binding("", 0, pb.STAGE_JOIN), wire_version=theirs)
+    request = pb.PlanRequest(binding=make_binding("", 0, WIRE["STAGE_JOIN"]), wire_version=theirs)
     error = refused(lambda: aggregator.stub("site-a").GetPlan(request, timeout=10), grpc.StatusCode.FAILED_PRECONDITION)
     assert error.details() == refusal_details(WIRE_VERSION, theirs)
     assert f"wire version {WIRE_VERSION}, the caller {describe_version(theirs)}" in (error.details() or "")

@@ -39,6 +39,6 @@ def test_the_server_refuses_an_echo_of_another_call() -> None:
     config = make_config(4)
     encoded = encode_all(config, make_inputs(config, seed=4))
     wrong = replace(ECHO, step=lambda client, call, own: ECHO.step(client, EchoCall(bytes(16)), own))
-    lying = replace(ECHO_ROUND, verify_stages=(*ECHO_ROUND.verify_stages[:-1], wrong))
+    lying = replace(ECHO_ROUND, sum_stages=tuple(wrong if spec is ECHO else spec for spec in ECHO_ROUND.sum_stages))
     with pytest.raises(ProtocolError, match="echo does not match"):
         simulate_round(config, lambda party: encoded[party].copy(), verified=True, protocol=lying)

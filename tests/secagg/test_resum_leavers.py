@@ -96,6 +96,10 @@ def test_the_aggregator_relays_the_tags_it_has_where_the_re_sum_decides_and_with
     withheld = SECURE_ROUND.verify_stages[0].withheld
     assert withheld is not None
     harness, claim = verified_round(4)
+    # No tag at all: no survivor re-summed the claim and found it true (one that found it forged tags nothing).
+    assert withheld(harness.server) == (
+        "no survivor tagged the claimed sum (site-1, site-2, site-3, site-4 sent none): nobody verified it"
+    )
     for party in (1, 2, 3):
         harness.server.receive_tag(harness.clients[party].tag(claim))
     assert harness.server.untagged == (4,) and withheld(harness.server) is None

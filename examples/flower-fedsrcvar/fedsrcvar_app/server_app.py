@@ -6,9 +6,11 @@ import json
 from pathlib import Path
 
 from flwr.app import Context
+from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.serverapp import Grid, ServerApp
 
 from fedfair.flower import FedSRCVaRStrategy, initial_arrays, output_model
+from fedfair.flower.secaggplus import train_with_secaggplus
 from fedsrcvar_app.task import SITES, held_out_risks, model
 
 app = ServerApp()
@@ -30,14 +32,30 @@ def main(grid: Grid, context: Context) -> None:
         lr=float(config["lr"]),
         threshold_lr=float(config["threshold-lr"]),
         batch_size=int(config["batch-size"]),
+        batch_fraction=float(config["batch-fraction"]) or None,
         seed=seed,
         min_nodes=SITES,
     )
     rounds = int(config["num-server-rounds"])
-    strategy.start(grid, initial_arrays(model, seed=seed), num_rounds=rounds)
+    start = initial_arrays(model, seed=seed)
+    if config["secaggplus"]:
+        # Each site's weight b_k is at most the total batch, so max_weight = the total scales no update up.
+        workflow = SecAggPlusWorkflow(num_shares=SITES, reconstruction_threshold=2, max_weight=strategy.batch_size)
+        train_with_secaggplus(strategy, grid, context, start, rounds, workflow)
+    else:
+        strategy.start(grid, start, num_rounds=rounds)
     theta, c = strategy.output()
     risks = held_out_risks(output_model(model, theta))
     print(f"FedSRCVaR after {rounds} rounds: c = {c:.4f}, held-out risks {risks}", flush=True)
     if config["result-file"]:
-        result = {"rounds": rounds, "c": c, "theta": theta.tolist(), **risks}
+        last = strategy.state
+        assert last is not None  # the rounds set it
+        result = {
+            "rounds": rounds,
+            "c": c,
+            "theta": theta.tolist(),
+            "last_c": last.c,
+            "last_theta": last.theta.tolist(),
+            **risks,
+        }
         Path(str(config["result-file"])).write_text(json.dumps(result))

@@ -18,8 +18,8 @@ import grpc
 from fedfair import pki
 from fedfair.core.errors import ConfigError, Refusal, RefusedError
 from fedfair.pki.verification import role_of_certificate
-from fedfair.runtime.contract import BOUNDED_TRAINING
-from fedfair.runtime.transport import NOT_PERMITTED, PeerAuthenticator, pb, peer_certificate
+from fedfair.runtime.contract import BOUNDED_TRAINING, EVALUATION, Aggregations
+from fedfair.runtime.transport import NOT_PERMITTED, PeerAuthenticator, WireStage, peer_certificate
 from fedfair.secagg.bounded.stages import AUDITOR_ONLY_STAGES, AUDITOR_STAGES, BOUNDED_ROUND
 
 AUDITOR_WIRE_STAGES = frozenset(BOUNDED_TRAINING.wire(BOUNDED_ROUND.spec(stage)) for stage in AUDITOR_STAGES)
@@ -53,8 +53,12 @@ THE_AUDITORS_STAGE = (
 """What a collaborator hears at one of the auditor's stages."""
 
 
-def _stage_names(stages: frozenset[pb.Stage]) -> str:
-    return ", ".join(pb.Stage.Name(stage) for stage in sorted(stages))
+_NAMES = Aggregations(BOUNDED_TRAINING, EVALUATION).name
+"""What a refusal calls a stage of a federation with an auditor (one whose training rounds are bounded sums)."""
+
+
+def _stage_names(stages: frozenset[WireStage]) -> str:
+    return ", ".join(_NAMES(stage) for stage in sorted(stages))
 
 
 class Admission:
@@ -97,7 +101,7 @@ class Admission:
         """Whether `peer` (an identified caller) is the plan's auditor."""
         return peer == self.auditor_name
 
-    def check_stage(self, peer: str, stage: pb.Stage) -> None:
+    def check_stage(self, peer: str, stage: WireStage) -> None:
         """Keep `peer` to its own stages: the auditor to :data:`AUDITOR_WIRE_STAGES`, a collaborator to the others.
 
         A collaborator is refused at :data:`AUDITOR_ONLY_WIRE_STAGES` alone (both upload at DECIDE).
@@ -107,10 +111,10 @@ class Admission:
         """
         if self.is_auditor(peer) and stage not in AUDITOR_WIRE_STAGES:
             stages = _stage_names(AUDITOR_WIRE_STAGES)
-            message = AUDITOR_STAGES_ONLY.format(name=peer, stages=stages, stage=pb.Stage.Name(stage))
+            message = AUDITOR_STAGES_ONLY.format(name=peer, stages=stages, stage=_NAMES(stage))
             raise RefusedError(Refusal.NOT_PERMITTED, message)
         if not self.is_auditor(peer) and self.auditor is not None and stage in AUDITOR_ONLY_WIRE_STAGES:
-            raise RefusedError(Refusal.NOT_PERMITTED, THE_AUDITORS_STAGE.format(stage=pb.Stage.Name(stage), name=peer))
+            raise RefusedError(Refusal.NOT_PERMITTED, THE_AUDITORS_STAGE.format(stage=_NAMES(stage), name=peer))
 
     def check_collaborator(self, peer: str, what: str) -> None:
         """Refuse the auditor a collaborator's call: `what` says what it asked ("downloads no model").

@@ -21,7 +21,7 @@ from functools import partial
 
 
 from fedfair.core.errors import Refusal, RefusedError
-from fedfair.runtime.aggregator.offers import Offers, Position
+from fedfair.runtime.aggregator.offers import Offers, Position, position
 from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.aggregator.stages import OpenStage, StageProgress, StageReady, StageTiming, UploadHandler
 from fedfair.runtime.aggregator.stages import error_summary, input_for
@@ -109,7 +109,7 @@ class Board:
             # joined late has none of this round's state, so it starts with the next round.
             stale_round = self._round if after.round < self._round else None
             delivered = self._delivered.get(peer)
-            seen = None if delivered is None else min((after.round, after.stage), delivered)
+            seen = None if delivered is None else min(position(after), delivered)
             self.starts.streaming(peer)
             self._changed.notify_all()
             return StreamStart(stale_round, seen)
@@ -297,9 +297,9 @@ class Board:
                 final = self._final
             for task in pending:
                 sent += 1
-                position = (task.binding.round, task.binding.stage)
-                if (seen is None or position > seen) and task.binding.round != stale_round:
-                    self._record_delivery(peer, position)
+                at = position(task.binding)
+                if (seen is None or at > seen) and task.binding.round != stale_round:
+                    self._record_delivery(peer, at)
                     yield task
             if final is not None and not pending:
                 yield final

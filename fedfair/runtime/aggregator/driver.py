@@ -33,13 +33,12 @@ from fedfair.runtime.aggregator.progress_line import report_progress
 from fedfair.runtime.aggregator.round_identities import RoundIdentities, aggregator_setup, relayed_identities
 from fedfair.runtime.contract import (
     ACCEPTED,
-    AGGREGATIONS,
     RoundParameters,
     Stages,
     model_digest,
 )
 from fedfair.runtime.faults import maybe_die
-from fedfair.runtime.transport import StageGate, make_binding, pb
+from fedfair.runtime.transport import StageGate, WireStage, make_binding, pb
 from fedfair.runtime.transport.chunks import plain_rounding, plain_upload_size
 from fedfair.secagg import EncodingConfig, SecAggConfig, SecurityParameters
 from fedfair.secagg.credentials import remembered
@@ -183,7 +182,8 @@ class SumDriver:
     def _stage(
         self,
         round_number: int,
-        stage: pb.Stage,
+        stages: Stages,
+        stage: WireStage,
         expected: frozenset[str],
         inputs: bytes | Mapping[str, bytes],
         handler: UploadHandler,
@@ -199,7 +199,7 @@ class SumDriver:
         started = time.perf_counter()
         timeout = self.settings.stage_timeout
         binding = self.gate.open(round_number, stage, timeout_seconds=timeout, participants=expected)
-        handler = self._with_fault_points(round_number, stage, handler)
+        handler = self._with_fault_points(round_number, stages, stage, handler)
         timing = self.grace.timing(expected)
         self.board.open_stage(
             binding,
@@ -211,12 +211,12 @@ class SumDriver:
             ready=ready,
             timing=timing,
         )
-        self.board.wait_stage(partial(report_progress, self.settings.secure, self.board.events))
+        self.board.wait_stage(partial(report_progress, self.settings.secure, stages, self.board.events))
         self.gate.close()
         uploaded, received = self.board.close_stage()
         if self.board.closed:
             raise RoundAbortedError("the aggregator is shutting down")
-        name = pb.Stage.Name(stage)
+        name = stages.name(stage)
         # Milliseconds are enough, and keep rounds.jsonl small.
         self.answers[name] = {peer: _ms(timing.answers.get(peer)) for peer in sorted(expected)}
         for peer, seconds in self.grace.closed(timing, expected).items():
@@ -248,7 +248,9 @@ class SumDriver:
             )
         return {peer: round(seconds, 3) for seconds, peer in late}
 
-    def _with_fault_points(self, round_number: int, stage: pb.Stage, handler: UploadHandler) -> UploadHandler:
+    def _with_fault_points(
+        self, round_number: int, stages: Stages, stage: WireStage, handler: UploadHandler
+    ) -> UploadHandler:
         """`handler`, with the test-only aggregator kill points of `stage` (see :mod:`fedfair.runtime.faults`).
 
         ``aggregator-stage:R:STAGE`` kills the aggregator mid-stage: as soon as the first
@@ -259,13 +261,13 @@ class SumDriver:
         train, so an upload to them says nothing of training): every participant has been
         sent the model, at least one has computed its contribution, and nothing is summed yet.
         """
-        start = _start_stage_before(stage)
+        start = stages.start if stage == stages.masked else None
 
         def absorb(peer: str, payload: bytes) -> None:
             if start is not None:
-                maybe_die("aggregator-stage", round_number, pb.Stage.Name(start))
+                maybe_die("aggregator-stage", round_number, stages.name(start))
             handler(peer, payload)
-            maybe_die("aggregator-stage", round_number, pb.Stage.Name(stage))
+            maybe_die("aggregator-stage", round_number, stages.name(stage))
 
         return absorb
 
@@ -358,7 +360,9 @@ class SumDriver:
             handler = SecureUpload(parse, partial(_receive, order, spec, server)).handler(names)
         ready = None if spec.ready is None else partial(spec.ready, server)
         size = spec.upload_bytes(config)
-        uploaded = self._stage(round_number, stages.wire(spec), expected, inputs, handler, size, outcome, ready=ready)
+        uploaded = self._stage(
+            round_number, stages, stages.wire(spec), expected, inputs, handler, size, outcome, ready=ready
+        )
         del inputs  # a claimed sum's d + 1 words: the board's parts hold them no longer than the stage
         refused = sorted(expected - uploaded)
         if spec.upload is None and refused:
@@ -403,7 +407,7 @@ class SumDriver:
             uploads[peer] = values, weight
 
         size, roster = plain_upload_size(dimension, stages.plain_values), frozenset(parameters.parties)
-        contributors = self._stage(round_number, stage, roster, parameters.to_bytes(), absorb, size, outcome)
+        contributors = self._stage(round_number, stages, stage, roster, parameters.to_bytes(), absorb, size, outcome)
         if not contributors:
             raise RoundAbortedError("no collaborator sent its update")
         # Float addition is not associative: a fixed order (not arrival order) makes the sum,
@@ -431,14 +435,6 @@ def _verdict(peer: str, payload: bytes) -> None:
     """Take a survivor's verdict on the verified sum: the word accepted, or no upload."""
     if payload != ACCEPTED:
         raise RefusedError(Refusal.INVALID_UPLOAD, "a verdict is the word accepted, or no upload")
-
-
-def _start_stage_before(stage: pb.Stage) -> pb.Stage | None:
-    """The start stage (TRAIN or EVALUATE) whose aggregation's masked stage is `stage`, if it is one."""
-    for stages in AGGREGATIONS:
-        if stage == stages.masked:
-            return stages.start
-    return None
 
 
 def _ms(seconds: float | None) -> float | None:

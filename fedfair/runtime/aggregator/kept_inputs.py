@@ -2,9 +2,10 @@
 
 On the complete graph the secure-aggregation server keeps every survivor's masked input from MASK to VERIFY
 (:func:`~fedfair.secagg.resum.resum_decides`): below RESUMMED_WORDS for the claim, and above it for the tag set
-of a round whose tags do not all arrive, which is rare. Above the bound that is n (d + 1) words a round, so from
-:data:`~fedfair.runtime.state_files.IN_FILE_FROM` bytes in all each is copied into an unlinked file in the output
-folder as it arrives and read back from the file's mapping (the page cache keeps it while memory allows).
+of a round whose tags do not all arrive, which is rare. Above the bound that is n (d + 1) words a round (60 MB at
+n = 3, d = 10^7 in 16-bit words), none of which the aggregator needs unless a tag is missing, so each is copied into
+an unlinked file in the output folder as it arrives and read back from the file's mapping, if ever: the page cache,
+not the aggregator's process, holds the n (d + 1) words from MASK to VERIFY.
 """
 
 from __future__ import annotations
@@ -17,16 +18,14 @@ from pathlib import Path
 
 import numpy as np
 
-from fedfair.runtime.state_files import large
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.messages import MaskedInput
 from fedfair.secagg.resum import resum_decides
 
 
 def kept_in_files(config: SecAggConfig) -> bool:
-    """Whether a round of `config` keeps its masked inputs for a tag set only, and they are large enough for files."""
-    words = config.size * (config.dimension + 1)
-    return not config.resummed and resum_decides(config) and large(words * np.dtype(config.encoder.dtype).itemsize)
+    """Whether a round of `config` keeps its masked inputs for a tag set only: above RESUMMED_WORDS, in files."""
+    return not config.resummed and resum_decides(config)
 
 
 def in_file(parse: Callable[[bytes], MaskedInput], folder: Path | None) -> Callable[[bytes], MaskedInput]:

@@ -44,10 +44,11 @@ from fedfair.runtime.aggregator.round_identities import aggregator_identities
 from fedfair.runtime.aggregator.quorum import participants
 from fedfair.runtime.aggregator.state import output_values, parameters, placed, step, training_values
 from fedfair.runtime.aggregator.statistics import statistics_checkpoint
+from fedfair.core.update import update_dimension
 from fedfair.runtime.contract import (
+    EVALUATION,
     training_stages,
     model_digest,
-    update_dimension,
 )
 from fedfair.runtime.evaluation_figures import Earlier
 from fedfair.runtime.faults import maybe_die
@@ -55,7 +56,7 @@ from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
 from fedfair.runtime.preprocessing import STATISTICS_ROUND, encoder_payload
 from fedfair.runtime.report import verdicts
 from fedfair.runtime.state_files import holding
-from fedfair.runtime.transport import make_binding, pb
+from fedfair.runtime.transport import make_binding
 from fedfair.secagg.graph import canonical_roster
 
 logger = logging.getLogger("fedfair.aggregator")
@@ -200,7 +201,7 @@ class RoundLoop:
         self.events.emit("finish", rounds=rounds, output=str(self.output))
         # Every collaborator that reads FINISHED may fetch the bundle: the federation's model is theirs too.
         self.network.board.finish(
-            make_binding(self.plan.federation_id, rounds, pb.STAGE_EVAL_UNMASK), bundle.read_bytes()
+            make_binding(self.plan.federation_id, rounds, EVALUATION.sum_end), bundle.read_bytes()
         )
         return summary
 
@@ -355,7 +356,7 @@ class RoundLoop:
             record["participants"] = sorted(participants)
             outcome = self.driver.run(
                 round_number,
-                training_stages(self.plan.secure_aggregation.bounds_inputs),
+                training_stages(self.plan.secure_aggregation),
                 participants,
                 encoding.noise.encoded_dimension if encoding.noise is not None else dimension,  # rotated: padded
                 encoding,

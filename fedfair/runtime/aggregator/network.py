@@ -16,12 +16,13 @@ from fedfair.runtime.aggregator.servicer import Servicer, federation_server
 from fedfair.runtime.manifest import manifest_digest
 from fedfair.runtime.manifest_update import LiveManifest
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, shared_settings
+from fedfair.runtime.contract import aggregations
 from fedfair.runtime.transport import (
+    JOIN,
     PeerAuthenticator,
     StageGate,
     TlsFiles,
     check_tls_files,
-    pb,
     server_credentials,
     server_options,
 )
@@ -92,8 +93,8 @@ def serve(plan: AggregatorPlan, digest: str, address: str | None = None, events:
         )
     ca_certificate = pki.load_certificate(files.ca)
     board = Board(digest, events=events)
-    gate = StageGate(plan.federation_id)
-    gate.open(0, pb.STAGE_JOIN)
+    gate = StageGate(plan.federation_id, name=aggregations(plan.secure_aggregation).name)
+    gate.open(0, JOIN)
     # Under a manifest only the pinned certificate of each name gets in: one it no longer pins is revoked.
     authenticator = PeerAuthenticator(ca_certificate, plan.collaborators)
     manifest = None if plan.manifest is None else LiveManifest(plan.manifest, ca_certificate)

@@ -12,9 +12,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from fedfair.runtime.transport import DEFAULT_CHUNK_BYTES, model_parts, pb
+from fedfair.runtime.transport import DEFAULT_CHUNK_BYTES, WireStage, model_parts, pb
 
-Position = tuple[int, int]
+Position = tuple[int, WireStage]
 """A task's (round, stage): the order in which tasks are published."""
 
 
@@ -45,20 +45,25 @@ class Offers:
             self._models = {}  # the closed stage's model goes before this one is cut: never two at once
         parts = list(model_parts(binding, theta, c, chunk_bytes))
         with self._lock:
-            self._models = {(binding.round, binding.stage): parts}
+            self._models = {position(binding): parts}
 
     def model(self, binding: pb.Binding) -> list[pb.ModelPart] | None:
         """The model parts offered at `binding`'s round and stage, or None when none were set."""
         with self._lock:
-            return self._models.get((binding.round, binding.stage))
+            return self._models.get(position(binding))
 
     def set_start_input(self, binding: pb.Binding, peers: Iterable[str], payload: bytes) -> None:
         """Offer `payload` to `peers` for fetching at the start stage `binding` (TRAIN or EVALUATE)."""
         with self._lock:
-            self._start_inputs[(binding.round, binding.stage)] = (frozenset(peers), payload)
+            self._start_inputs[position(binding)] = (frozenset(peers), payload)
 
     def start_input(self, peer: str, binding: pb.Binding) -> bytes | None:
         """What `peer` may fetch at the start stage `binding` (None: nothing for it)."""
         with self._lock:
-            peers, payload = self._start_inputs.get((binding.round, binding.stage), (frozenset(), b""))
+            peers, payload = self._start_inputs.get(position(binding), (frozenset(), b""))
         return payload if peer in peers else None
+
+
+def position(binding: pb.Binding) -> Position:
+    """Where `binding` stands in the federation: its round, then its stage (the order tasks come in)."""
+    return binding.round, WireStage.of(binding)

@@ -9,24 +9,21 @@ from __future__ import annotations
 import logging
 
 from fedfair.runtime.aggregator.stages import StageProgress
-from fedfair.runtime.contract import AGGREGATIONS, EVALUATION, TRAINING
+from fedfair.runtime.contract import Stages
 from fedfair.runtime.observe.events import EventLog
-from fedfair.runtime.transport import pb
+from fedfair.runtime.transport import WireStage
 
 logger = logging.getLogger("fedfair.aggregator")
 
-PLAIN_NOUNS: dict[pb.Stage, str] = {TRAINING.masked: "updates", EVALUATION.masked: "evaluation sums"}
-"""What the uploads of a sum are with secure aggregation off (nothing is masked), for the operator's progress line."""
 
-
-def report_progress(secure: bool, events: EventLog | None, progress: StageProgress) -> None:
-    """The operator's periodic line for a stage still waiting, and its ``waiting`` event in `events`.
+def report_progress(secure: bool, stages: Stages, events: EventLog | None, progress: StageProgress) -> None:
+    """The operator's periodic line for a stage of `stages` still waiting, and its ``waiting`` event in `events`.
 
     'round 4: 2 of 3 masked inputs, waiting for hospital-c, 40 s left'. A `progress` that awaits nobody ends the
     wait: no line, a ``waited`` event.
     """
-    stage = progress.binding.stage
-    noun = (None if secure else PLAIN_NOUNS.get(stage)) or secure_noun(stage) or pb.Stage.Name(stage)
+    stage = WireStage.of(progress.binding)
+    noun = stage_noun(secure, stages, stage)
     if not progress.waiting_for:
         if events is not None:
             events.emit("waited", round=progress.binding.round, goal=noun)
@@ -45,7 +42,7 @@ def report_progress(secure: bool, events: EventLog | None, progress: StageProgre
             "waiting",
             round=progress.binding.round,
             goal=noun,
-            stage=pb.Stage.Name(stage),
+            stage=stages.name(stage),
             connected=progress.answered,
             eligible=progress.expected,
             missing=list(progress.waiting_for),
@@ -53,10 +50,15 @@ def report_progress(secure: bool, events: EventLog | None, progress: StageProgre
         )
 
 
-def secure_noun(stage: pb.Stage) -> str | None:
-    """What the uploads of the secure stage `stage` are, in whichever aggregation it belongs to."""
-    for stages in AGGREGATIONS:
-        spec = stages.specs.get(stage)
-        if spec is not None:
-            return stages.noun(spec)
-    return None
+def stage_noun(secure: bool, stages: Stages, stage: WireStage) -> str:
+    """What the uploads of `stage` of `stages` are, for the operator's progress line.
+
+    Its round kind's noun, or with secure aggregation off (nothing is masked) "updates" or "evaluation sums"; a stage
+    of no upload is called by its name.
+    """
+    spec = stages.specs.get(stage)
+    if spec is None:
+        return stages.name(stage)
+    if not secure and stage == stages.masked:
+        return "evaluation sums" if stages.prefix else "updates"
+    return stages.noun(spec)

@@ -17,7 +17,7 @@ from fedfair import pki
 from fedfair.core.errors import WireError
 from fedfair.runtime.aggregator.identities import host_of
 from fedfair.runtime.aggregator.stages import error_summary
-from fedfair.runtime.transport import describe_binding, pb, peer_certificate
+from fedfair.runtime.transport import WireStage, describe_binding, pb, peer_certificate
 
 Request = TypeVar("Request")
 
@@ -61,15 +61,16 @@ def decoded_parts(parts: Iterable[pb.Part | Undecodable]) -> Iterator[pb.Part]:
 class Caller:
     """Who made a request and what it concerned, for the one log line of a refusal."""
 
-    def __init__(self, context: grpc.ServicerContext) -> None:
+    def __init__(self, context: grpc.ServicerContext, name: Callable[[WireStage], str] = str) -> None:
         self.context = context
+        self._name = name
         self.peer: str | None = None
         self.binding: pb.Binding | None = None
 
     def describe(self) -> str:
         """The caller as the log line names it: its name (or what its certificate claims), and the binding."""
         who = repr(self.peer) if self.peer is not None else self._unlisted()
-        return who if self.binding is None else f"{who} ({describe_binding(self.binding)})"
+        return who if self.binding is None else f"{who} ({describe_binding(self.binding, self._name)})"
 
     def _unlisted(self) -> str:
         """A caller refused before it was identified: the name its certificate claims, or its address."""

@@ -33,11 +33,13 @@ from fedfair.runtime.aggregator.limits import Hold, PeerLimits, Presence, Quotas
 from fedfair.runtime.contract import STREAM_ACCEPTED
 from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
+    JOIN,
     MALFORMED_MESSAGE,
     NOT_EXPECTED,
     WIRE_VERSION,
     PeerAuthenticator,
     StageGate,
+    WireStage,
     payload_parts,
     pb,
     pb_grpc,
@@ -139,7 +141,7 @@ class Servicer(pb_grpc.FederationServicer):
         caller cancelled, or its deadline passed, while we read its request): there is
         no one left to answer, and gRPC knows, so it passes through.
         """
-        caller = Caller(context)
+        caller = Caller(context, self.gate.name)
         try:
             yield caller
         except grpc.RpcError:
@@ -251,7 +253,7 @@ class Servicer(pb_grpc.FederationServicer):
         if request.wire_version != WIRE_VERSION:
             raise RefusedError(Refusal.NOT_EXPECTED, refusal_details(WIRE_VERSION, request.wire_version))
         # A collaborator may join without knowing the id yet (it learns it here) or name the one it expects.
-        if request.binding.federation_id or request.binding.stage != pb.STAGE_JOIN:
+        if request.binding.federation_id or WireStage.of(request.binding) != JOIN:
             self.gate.check_federation(request.binding)
         # A collaborator with no task stream that fetches the plan is starting: a quorum wait covers it.
         self.board.starts.fetched_plan(peer, peer in self.board.connected())
@@ -301,7 +303,7 @@ class Servicer(pb_grpc.FederationServicer):
 
         A public seam, with :meth:`serve_model`'s contract: an override yields the parts `peer` receives.
         """
-        self.admission.check_stage(peer, request.binding.stage)
+        self.admission.check_stage(peer, WireStage.of(request.binding))
         # The final bundle is bound to the FINISHED task itself, which the gate knows nothing of.
         payload = self.board.final_input(request.binding)
         if payload is None:
@@ -334,7 +336,7 @@ class Servicer(pb_grpc.FederationServicer):
     def _own_stages(self, peer: str, parts: Iterator[pb.Part]) -> Iterator[pb.Part]:
         """`parts`, each refused unless its stage is `peer`'s own (:meth:`Admission.check_stage`)."""
         for part in parts:
-            self.admission.check_stage(peer, part.binding.stage)
+            self.admission.check_stage(peer, WireStage.of(part.binding))
             yield part
 
     def _send(self, peer: str, part: pb.Part, caller: Caller) -> pb.Receipt:

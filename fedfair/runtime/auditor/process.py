@@ -151,7 +151,7 @@ class AuditorProcess:
                 "%s: round %d %s: the aggregator sent a malformed message (%s); leaving the round",
                 self.config.name,
                 binding.round,
-                pb.Stage.Name(binding.stage),
+                self.connection.stage_name(binding),
                 error,
             )
             self.rounds.leave(binding.round)
@@ -177,7 +177,7 @@ class AuditorProcess:
                 "%s: round %d %s: the aggregator refused or closed the stage (%s); leaving the round",
                 self.config.name,
                 binding.round,
-                pb.Stage.Name(binding.stage),
+                self.connection.stage_name(binding),
                 code.name,
             )
             self.rounds.leave(binding.round)

@@ -26,7 +26,7 @@ from fedfair.runtime.contract import BOUNDED_TRAINING, RoundParameters, relayed_
 from fedfair.runtime.manifest import pinned_verifier
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.plan.bounded_noise import bounded_noise_mu
-from fedfair.runtime.transport import pb
+from fedfair.runtime.transport import WireStage, pb
 from fedfair.secagg.bounded.messages import PUBLIC_LIMIT
 from fedfair.secagg.bounded.parameters import round_parameters
 from fedfair.secagg.bounded.peers import Auditor
@@ -75,7 +75,10 @@ class AuditorRounds:
         The round's largest input is the verdict record (DECIDE) or a relayed upload.
         """
         current = self.current
-        if binding.stage == BOUNDED_TRAINING.wire(BOUNDED_ROUND.spec(BoundedStage.AUDITOR_KEY)) or current is None:
+        if (
+            WireStage.of(binding) == BOUNDED_TRAINING.wire(BOUNDED_ROUND.spec(BoundedStage.AUDITOR_KEY))
+            or current is None
+        ):
             return PUBLIC_LIMIT
         config = current.config
         record = MESSAGE_OVERHEAD_BYTES + record_bytes(config.size, config.dimension)
@@ -90,9 +93,10 @@ class AuditorRounds:
                 not hold up, no round was begun, or (BELOW_FLOOR) the sites it would total are fewer than the plan's
                 threshold.
         """
-        spec = BOUNDED_TRAINING.specs.get(binding.stage)
+        stage = WireStage.of(binding)
+        spec = BOUNDED_TRAINING.specs.get(stage)
         if spec is None or spec.stage not in AUDITOR_STAGES:
-            raise ProtocolError(f"{pb.Stage.Name(binding.stage)} is not a stage the auditor uploads in")
+            raise ProtocolError(f"{BOUNDED_TRAINING.name(stage)} is not a stage the auditor uploads in")
         if spec.stage is BoundedStage.AUDITOR_KEY:
             self.current = self._begin(binding.round, inputs)
             received = None

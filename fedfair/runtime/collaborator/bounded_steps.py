@@ -5,8 +5,9 @@ Under ``[secure_aggregation] input_bound = "two_verifiers"`` a training round ru
 (:data:`~fedfair.runtime.contract.BOUNDED_TRAINING`). A site uploads at SHARE, once it checked the round's public
 parameters and every relayed certificate, its update encoded within its bound with the witness that proves it
 (:class:`~fedfair.secagg.bounded.peers.BoundedSite`); at DECIDE, once the signed verdict record holds up (kept in its
-folder first), its signed tags of the total the record commits to; at VERIFY, its verdict once every accepted site's
-tags check that total, which its model chain then steps. A record or a total that does not hold up stops the site.
+folder first), its signed tags of the total, or its dispute of the aggregator's false message; at VERIFY, once no
+dispute holds, the liars the record names, and its verdict once the tags check the total, which its model chain then
+steps. A record, a dispute or a total that does not hold up stops the site.
 
 Why: docs/security.md, "Bounded inputs (two verifiers)".
 """
@@ -127,16 +128,22 @@ def share(me: Participant, work: Work, inputs: StageInput) -> bytes:
 def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
     """DECIDE: this site's own check of the verdict record; its signed tags of the total once the record holds up.
 
-    The record's bytes are kept in this site's folder before the tags leave (:func:`record_path`), so the liars it
-    names, and the total it commits the aggregator to, can be shown later; the liars are logged by name, with the
-    reasons this site's own check gave, and kept in its outcome record with the record's digest.
+    The record's bytes are kept in this site's folder before anything leaves (:func:`record_path`), so the liars it
+    names, and the total it commits the aggregator to, can be shown later. The liars are named at VERIFY, once every
+    excluded site's dispute is in (:func:`verify`). A site the record leaves out disputes it when the aggregator's own
+    message about it is the false one (:meth:`BoundedSite.dispute`): it uploads the part it sent the aggregator, which
+    every accepted site is shown at VERIFY, then stops (FRAMED) instead of withdrawing as a liar. One the auditor's
+    message leaves out, where that message is not the one its share gives under the record's query seed, stops
+    (FRAMED) naming the auditor or a false seed from the aggregator (it cannot tell which), and shows nothing: that
+    would take its update.
 
     Raises:
         VerificationError: the record does not hold up against both verifiers' signed evidence and the auditor's
             signed total (FORGED), is unreadable (MALFORMED), or accepts fewer sites than the plan's threshold
-            (BELOW_FLOOR): the aggregator misbehaves, and the process stops rather than withdraw.
+            (BELOW_FLOOR): the aggregator misbehaves, and the process stops rather than withdraw; FRAMED, the auditor's
+            message about this site is false, or the record's query seed is.
         RefusedError: reason :attr:`Refusal.WITHDRAWN` when this site did not share this round, or the record names
-            it a liar (its own proof failed: its update is not in the sum).
+            it a liar and it cannot show otherwise (its update is not in the sum).
     """
     protocol = work.stages.protocol
     spec = protocol.spec(protocol.committed)
@@ -160,33 +167,54 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
         ) from None
     kept = keep_record(me, work.round, bytes(inputs))
     digest = hashlib.sha256(inputs).hexdigest()
-    for party, reasons in sorted(findings.liars.items()):
-        if me.outcome is not None:
-            named = Excluded(
-                work.round, work.roster[party - 1], "; ".join(reasons), digest, "" if kept is None else kept.name
-            )
-            me.outcome.excluded(named)
-        logger.warning(
-            "%s: round %d: the verdict record names %s: its proof failed (%s); it is not in the sum (the record's "
-            "sha256 %s, as rounds.jsonl verdict_record_sha256 names it%s)",
-            me.name,
-            work.round,
-            work.roster[party - 1],
-            "; ".join(reasons),
-            digest,
-            "" if kept is None else f"; kept as {kept}",
+    work.liars = tuple(
+        Excluded(work.round, work.roster[party - 1], "; ".join(reasons), digest, "" if kept is None else kept.name)
+        for party, reasons in sorted(findings.liars.items())
+    )
+    if site.party in findings.accepted:
+        return bytes(spec.step(site, record, _not_asked).to_bytes())
+    if site.party not in findings.liars:
+        raise RefusedError(
+            Refusal.WITHDRAWN,
+            "the verdict record leaves this site out as absent (the aggregator took no share of it this round), so its "
+            "update is not in the sum and there is no verifier message about it to dispute",
         )
-    if site.party not in findings.accepted:
-        raise RefusedError(Refusal.WITHDRAWN, "the verdict record leaves this site's update out of the sum")
-    return bytes(spec.step(site, record, _not_asked).to_bytes())
+    where = f"the record's sha256 {digest}{'' if kept is None else f'; kept as {kept}'}"
+    dispute = site.dispute()
+    if dispute is not None:
+        work.stop = VerificationError(
+            work.round,
+            VerifyReason.FRAMED,
+            "the verdict record names this site a liar, but the aggregator's signed verifier message about it is not "
+            "the one the part this site sent it gives: this site sent that part back as its dispute, shown to every "
+            f"accepted site ({where})",
+        )
+        return dispute.to_bytes()
+    if site.auditor_message_false():
+        raise VerificationError(
+            work.round,
+            VerifyReason.FRAMED,
+            "the verdict record names this site a liar, but the auditor's signed verifier message about it is not the "
+            "one this site's share for the auditor gives under the record's query seed: the auditor framed it, or the "
+            "aggregator wrote a false query seed in the record (nothing the auditor signed binds the seed), and this "
+            "site cannot tell which. Showing it would take that share, "
+            "which with the aggregator's part is this site's update, so it is shown to nobody; the other sites name "
+            f"this site a liar for round {work.round} (docs/security.md, 'A framed site'; {where})",
+        )
+    raise RefusedError(Refusal.WITHDRAWN, "the verdict record leaves this site's update out of the sum")
 
 
 def verify(me: Participant, work: Work, inputs: StageInput) -> bytes:
-    """VERIFY: check the total against every accepted site's tags (`inputs`); the model chain steps the total.
+    """VERIFY: every dispute, then the total against every accepted site's tags (`inputs`); the chain steps the total.
+
+    A dispute that holds shows the aggregator signed a false message about the disputing site: nothing of the round is
+    applied, the site is named no liar, and the process stops (FRAMED). Otherwise the liars the record names are
+    logged by name, with the reasons this site's own check gave, and kept in its outcome record with the record's
+    digest.
 
     Raises:
-        VerificationError: naming the round and the reason (FORGED, MISSING_TAG, BAD_TAG, MALFORMED): nothing of the
-            round is applied, and the process stops rather than withdraw.
+        VerificationError: naming the round and the reason (FRAMED, FORGED, MISSING_TAG, BAD_TAG, MALFORMED): nothing
+            of the round is applied, and the process stops rather than withdraw.
         RefusedError: reason :attr:`Refusal.WITHDRAWN` when this site did not take DECIDE this round.
     """
     spec = work.stages.protocol.verify_stages[0]
@@ -198,6 +226,33 @@ def verify(me: Participant, work: Work, inputs: StageInput) -> bytes:
         tags = spec.received(inputs)
     except ProtocolError as error:
         raise VerificationError(work.round, VerifyReason.MALFORMED, f"the tags are unreadable: {error}") from None
+    framed = site.framings(tags)
+    if framed:
+        shown = "; ".join(
+            f"{work.roster[party - 1]}, whose proof "
+            + ("checks with the true message" if verdict.accepted else "fails with the record's query seed anyway")
+            for party, verdict in sorted(framed.items())
+        )
+        raise VerificationError(
+            work.round,
+            VerifyReason.FRAMED,
+            f"the aggregator framed {shown}: its signed verifier message in the verdict record is not the one the "
+            "part the site signed and sent it gives (the site's dispute, relayed at VERIFY)",
+        )
+    kept = record_path(me, work.round)
+    for named in work.liars:
+        if me.outcome is not None:
+            me.outcome.excluded(named)
+        logger.warning(
+            "%s: round %d: the verdict record names %s: its proof failed (%s); it is not in the sum (the record's "
+            "sha256 %s, as rounds.jsonl verdict_record_sha256 names it%s)",
+            me.name,
+            work.round,
+            named.party,
+            named.reasons,
+            named.record_sha256,
+            "" if kept is None else f"; kept as {kept}",
+        )
     total = spec.step(site, tags, _not_asked)
     accepted = [work.roster[party - 1] for party in site.accepted]
     me.chain.verified_bounded(work.round, total, accepted, site.parameters.fractional_bits)

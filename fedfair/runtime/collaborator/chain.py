@@ -152,7 +152,10 @@ class ModelChain:
         encoding allows. The anchor is kept on disk before this returns (before the site's verdict leaves).
         """
         if self._checks(round_number):
-            self._step(round_number, self._decoded(words, len(survivors), encoder), survivors, encoder.config.clip)
+            assert self._anchor is not None  # _checks found it
+            by_slice = self._anchor.state.in_file
+            decoded = self._decoded(words, len(survivors), encoder, by_slice)
+            self._step(round_number, decoded, survivors, encoder.config.clip)
 
     def verified_bounded(
         self, round_number: int, total: np.ndarray, survivors: Collection[str], fractional_bits: int
@@ -301,10 +304,14 @@ class ModelChain:
 
     # ------------------------------------------------------------ states and models
 
-    def _decoded(self, words: np.ndarray, summands: int, encoder: Encoder) -> DecodedSum:
-        """The sum `words` decoded as the aggregator decodes it, a slice at a time where the encoding allows."""
+    def _decoded(self, words: np.ndarray, summands: int, encoder: Encoder, by_slice: bool) -> DecodedSum:
+        """The sum `words` decoded as the aggregator decodes it: `by_slice`, a slice at a time where the encoding allows.
+
+        Whole, the sum is decoded once for the bounds' two passes and the step's; by slice (a state in a file, where a
+        float64 copy of the sum would be a model's worth more memory), once for each of them.
+        """
         length = words.size - 1
-        if not encoder.decodes_by_slice:
+        if not (by_slice and encoder.decodes_by_slice):
             whole = encoder.decode(words, summands)
             return DecodedSum.of(whole.weighted_sum, whole.total_weight, whole.error_bound, summands)
         # The weight alone: the last word after one zero word decodes as the whole sum's weight does.

@@ -6,7 +6,8 @@ the next model against. So once it verified a training round's sum it keeps, in 
 (temporary file, fsync, rename: :func:`fedfair.core.files.atomic_write`) before its verdict leaves, the
 :class:`Anchor`: the state whose model round r was sent, and the state the plan's server step makes of round r's
 verified sum (or why it makes none). A restarted process takes the chain up from it. States are written and read
-a span at a time: a large one (:mod:`fedfair.runtime.state_files`) is never held whole.
+a span at a time: a large one (:mod:`fedfair.runtime.state_files`) is never held whole; an average that is still
+theta's copy is written once, as theta (:data:`VERSIONS`).
 
 Why: docs/security.md, "Verified aggregation".
 """
@@ -30,7 +31,10 @@ CHAIN_SUFFIX = "chain.npz"
 """The anchor is kept as NAME.FEDERATION.chain.npz beside the config."""
 
 FORMAT = "fedfair-chain"
-VERSION = 1
+VERSION = 2
+VERSIONS = (1, 2)
+"""Version 2 leaves out the theta_average of a state that averages nothing yet (``averaged_rounds`` 0: it is theta's
+copy, :func:`fedfair.core.server.server_apply`), which halves what a round writes and syncs; 1 always wrote it."""
 
 _SCALARS = ("round", "c", "c_average", "averaged_rounds")
 """A state's scalars (:class:`~fedfair.runtime.state_files.HeldState`), kept as one-value arrays."""
@@ -90,7 +94,8 @@ def write_anchor(path: Path, anchor: Anchor) -> None:
         for name in _SCALARS:
             arrays[f"{prefix}.{name}"] = np.array(getattr(state, name))
         for field in state.fields:
-            arrays[f"{prefix}.{field}"] = _Tensor(state, field)
+            if not (field == _AVERAGE and _average_is_theta(state.averaged_rounds)):
+                arrays[f"{prefix}.{field}"] = _Tensor(state, field)
     atomic_write(path, lambda stream: write_archive(stream, arrays))
 
 
@@ -103,8 +108,8 @@ def read_anchor(path: Path, folder: Path | None) -> Anchor:
     """
     try:
         with HEADERS, np.load(path, allow_pickle=False) as arrays:
-            if str(arrays["format"]) != FORMAT or int(arrays["version"]) != VERSION:
-                raise ValueError(f"not a {FORMAT} file of version {VERSION}")
+            if str(arrays["format"]) != FORMAT or int(arrays["version"]) not in VERSIONS:
+                raise ValueError(f"not a {FORMAT} file of version {' or '.join(map(str, VERSIONS))}")
             scalars = {name: arrays[name] for name in arrays.files if not _is_tensor(name)}
         round_number, verified, void = int(scalars["round"]), bool(scalars["verified"]), str(scalars["void"])
         state = _state(path, scalars, "state", folder)
@@ -114,6 +119,14 @@ def read_anchor(path: Path, folder: Path | None) -> Anchor:
     if round_number < 1 or (after is not None and not verified):
         raise ValueError(f"an anchor of round {round_number} that is not one a site writes")
     return Anchor(round_number, state, verified, after, void)
+
+
+_AVERAGE = "theta_average"
+
+
+def _average_is_theta(averaged_rounds: int) -> bool:
+    """Whether a state of `averaged_rounds` averages nothing yet, so that its theta_average is theta's copy."""
+    return averaged_rounds == 0
 
 
 def _is_tensor(name: str) -> bool:
@@ -134,10 +147,17 @@ def _state(path: Path, scalars: dict[str, np.ndarray], prefix: str, folder: Path
             raise ValueError(f"its {prefix} theta is not a model's")
         in_file = held_in_file(dimension, len(fields))
         tensors: dict[str, torch.Tensor] = {}
+        # Written once where it is theta's copy (:func:`_average_is_theta`), read as theta's.
+        stored = {field: f"{prefix}.{field}" for field in fields}
+        if (
+            _average_is_theta(int(scalars[f"{prefix}.averaged_rounds"]))
+            and f"{prefix}.{_AVERAGE}.npy" not in archive.namelist()
+        ):
+            stored[_AVERAGE] = f"{prefix}.theta"
         for field in fields:
             length = dimension + (field in _WITH_C)
             # A state kept in a file is laid out by its tensors' presence alone: an empty one stands for each.
-            whole = [] if in_file else list(_member(archive, f"{prefix}.{field}", length, whole=True))
+            whole = [] if in_file else list(_member(archive, stored[field], length, whole=True))
             tensors[field] = torch.from_numpy(whole[0] if whole else np.empty(0))
         state = ServerState(
             round=int(scalars[f"{prefix}.round"]),
@@ -155,7 +175,7 @@ def _state(path: Path, scalars: dict[str, np.ndarray], prefix: str, folder: Path
         kept = InFile(dimension, state, folder)
         for field in fields:
             at = 0
-            for piece in _member(archive, f"{prefix}.{field}", dimension + (field in _WITH_C), whole=False):
+            for piece in _member(archive, stored[field], dimension + (field in _WITH_C), whole=False):
                 kept.put(field, at, piece)
                 at += piece.size
         return kept

@@ -73,7 +73,7 @@ from fedfair.runtime.plan.model import ModelSettings
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
 from fedfair.runtime.state_files import large
 from fedfair.secagg import Encoder
-from fedfair.runtime.transport import Pieces, pb, pb_grpc
+from fedfair.runtime.transport import EVALUATE, TRAIN, Pieces, WireStage, pb, pb_grpc
 
 __all__ = [
     "BUNDLE_SUFFIX",
@@ -268,7 +268,7 @@ class Collaborator(TaskStream):
         # A roster update takes effect at the round whose tasks name it, for every party of that round at once.
         verify = self.identity.verify
         if isinstance(verify, LiveManifest) and not verify.settle(task.manifest_digest):
-            starts = task.binding.stage in (pb.STAGE_TRAIN, pb.STAGE_EVALUATE)
+            starts = WireStage.of(task.binding) in (TRAIN, EVALUATE)
             if task.action == pb.ACTION_RUN and starts:
                 # Checking peers under another roster than the round's would admit a revoked key or refuse a
                 # re-keyed one; sitting out lets the round complete without this site (its steps find no work).
@@ -390,7 +390,7 @@ class Collaborator(TaskStream):
         elif unchecked is not None:
             received = Received(not_kept=f"this site could not check the models sent from round {unchecked[0]} on")
         elif task.input_size > 0:
-            limit = input_limit(task, self.shared.collaborator_count, self.parameters, 0)
+            limit = input_limit(task, self.aggregations, self.shared.collaborator_count, self.parameters, 0)
             fetch = functools.partial(self._uplink.input_into, stub, task, limit)
             output = None if expected is None else joined.outcome.output  # read back whole only to be checked
             figures = self.participant.figures if self.shared.secure_aggregation.enabled else None
@@ -430,13 +430,16 @@ class Collaborator(TaskStream):
         (:func:`~fedfair.runtime.collaborator.uplink.input_limit`); a tag set of 64 MiB or more (every survivor's
         masked input, above RESUMMED_WORDS) in an unlinked file beside the site's config, mapped.
         """
+        stage = WireStage.of(task.binding)
         evaluation_words = 0
-        if task.binding.stage in EVALUATION.specs:  # its sums' length caps a claim or a tag set of them
+        if stage in EVALUATION.specs:  # its sums' length caps a claim or a tag set of them
             evaluation_words = self.participant.aggregation(EVALUATION, task.binding.round)[1]
-        limit = input_limit(task, self.shared.collaborator_count, self.parameters, evaluation_words)
-        if task.binding.stage in TAG_SETS and large(task.input_size):
+        limit = input_limit(task, self.aggregations, self.shared.collaborator_count, self.parameters, evaluation_words)
+        stages = self.aggregations.of(stage)
+        read = (stages.protocol.name if stages is not None else "", stage)
+        if read in TAG_SETS and large(task.input_size):
             return self._uplink.input_in_file(stub, task, limit, self.participant.folder)
-        if task.binding.stage in CLAIMS | TAG_SETS:
+        if read in CLAIMS | TAG_SETS:
             return self._uplink.input_view(stub, task, limit)
         return self._uplink.input(stub, task, limit)
 

@@ -23,13 +23,15 @@ from fedfair.core.errors import FailureError
 from fedfair.runtime.collaborator.retries import Backoff
 from fedfair.runtime.collaborator.uplink import RPC_SECONDS, federation_stub
 from fedfair.runtime.collaborator.watchdog import Watchdog
-from fedfair.runtime.contract import STREAM_ACCEPTED
+from fedfair.runtime.contract import STREAM_ACCEPTED, aggregations
 from fedfair.runtime.failures import CONNECTION_LOST, wire_version_mismatch
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.rate_limits import LineBudget, RateLimit
 from fedfair.runtime.transport import (
+    JOIN,
     WIRE_VERSION,
     TlsFiles,
+    WireStage,
     describe_version,
     make_binding,
     pb,
@@ -253,7 +255,7 @@ class Connection(Generic[Settings]):
         dialled ever more slowly, never in a tight loop.
         """
         follower = self.follower
-        after = make_binding(follower.shared.federation_id, 0, pb.STAGE_JOIN)
+        after = make_binding(follower.shared.federation_id, 0, JOIN)
         what = "following the task stream"
         attempt, since = 0, time.monotonic()
         while not self._stop.is_set():
@@ -271,7 +273,7 @@ class Connection(Generic[Settings]):
                     self._accepted(self._stream)
                     for task in self._stream:
                         progressed = True
-                        stage = pb.Stage.Name(task.binding.stage)
+                        stage = self.stage_name(task.binding)
                         self.watchdog.waiting_for(f"round {task.binding.round} {stage}'s input")
                         if task.plan_digest != follower.plan_digest:
                             changed = True  # left below, once this connection's round jobs have ended
@@ -329,9 +331,13 @@ class Connection(Generic[Settings]):
             "%s: round %d %s: withdrawing from the round: %s",
             name,
             binding.round,
-            pb.Stage.Name(binding.stage),
+            self.stage_name(binding),
             error,
         )
+
+    def stage_name(self, binding: pb.Binding) -> str:
+        """What logs call `binding`'s stage in this federation ('STAGE_MASKED_INPUT'); asked only after setup."""
+        return aggregations(self.follower.shared.secure_aggregation).name(WireStage.of(binding))
 
     def warn(self, kind: str, message: str, *args: object) -> None:
         """Log a WARNING caused by the aggregator's tasks, within the budget of its `kind`.

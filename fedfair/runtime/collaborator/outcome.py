@@ -226,7 +226,7 @@ class OutcomeRecord:
             self._save()
 
     def excluded(self, entry: Excluded) -> None:
-        """Keep a party a verdict record named a liar (once per round and party), before this site's tags leave."""
+        """Keep a party a verdict record named a liar (once per round and party), once no dispute cleared it."""
         if all((kept.round, kept.party) != (entry.round, entry.party) for kept in self._excluded):
             self._excluded.append(entry)
             self._save()

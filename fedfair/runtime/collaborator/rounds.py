@@ -45,6 +45,7 @@ from fedfair.runtime.collaborator.steps import Participant, StartJob, Work
 from fedfair.runtime.collaborator.updates import TrainedUpdate, clip_plain_update, control_pieces_beyond_clip
 from fedfair.runtime.collaborator.uplink import StatusReports, Uplink
 from fedfair.runtime.composition_counts import CompositionColumn
+from fedfair.core.update import update_dimension
 from fedfair.runtime.contract import (
     EVALUATION,
     Stages,
@@ -52,7 +53,6 @@ from fedfair.runtime.contract import (
     split_training_download,
     training_download_size,
     training_stages,
-    update_dimension,
 )
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.transport import pb, pb_grpc
@@ -199,9 +199,7 @@ class RoundJob:
                     self.config.name,
                     binding.round,
                 )
-                return resent(
-                    binding.round, training_stages(self.shared.secure_aggregation.bounds_inputs), view, answer
-                )
+                return resent(binding.round, training_stages(self.shared.secure_aggregation), view, answer)
             trained = train_on(stub, binding, model, *download.pop())
             self.record.note_threshold(binding.round, c)
             return stored(self.contribution(trained), view)
@@ -298,7 +296,7 @@ class RoundJob:
     def contribution(self, trained: TrainedUpdate) -> Work:
         """The round's work for a training outcome, bounded as the plan's encoding bounds it."""
         round_number, weight = trained.round, trained.weight
-        training = training_stages(self.shared.secure_aggregation.bounds_inputs)
+        training = training_stages(self.shared.secure_aggregation)
         if trained.vector is None:
             return Work(round_number, training, None, 0.0)
         settings = self.shared.secure_aggregation

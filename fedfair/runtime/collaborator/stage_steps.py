@@ -10,22 +10,22 @@ Why: docs/design.md, "Inside the collaborator".
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
+
 from fedfair.runtime.collaborator import bounded_steps as bounded_steps  # registers the bounded sum's steps
 from fedfair.runtime.collaborator.steps import KIND_STEPS, Step, client_step
-from fedfair.runtime.contract import AGGREGATIONS, Stages
-from fedfair.runtime.transport import pb
+from fedfair.runtime.contract import Stages
+from fedfair.runtime.transport import WireStage
 
 
-def round_steps(stages: Stages) -> dict[pb.Stage, Step]:
+@functools.cache
+def round_steps(stages: Stages) -> Mapping[WireStage, Step]:
     """The step a collaborator runs at each upload stage of an aggregation over `stages`, in the round's order.
 
-    Its kind's own step where it registered one, else its client's step.
+    Its kind's own step where it registered one, else its client's step. Built once per aggregation: a kind
+    registers its steps before its first round.
     """
     protocol = stages.protocol
     own = KIND_STEPS[protocol.name](protocol) if protocol.name in KIND_STEPS else {}
     return {stages.wire(spec): own.get(spec) or client_step(spec) for spec in protocol.stages(True)}
-
-
-STEPS: dict[pb.Stage, Step] = {wire: step for stages in AGGREGATIONS for wire, step in round_steps(stages).items()}
-"""The step a collaborator runs at each upload stage of every kind of aggregation (training, masked or bounded, and
-evaluation)."""

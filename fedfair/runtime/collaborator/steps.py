@@ -40,19 +40,18 @@ from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.collaborator.chain import InitialModel, ModelChain
 from fedfair.runtime.collaborator.figures import EvaluationFigures
 from fedfair.runtime.collaborator.input_record import SignedView
-from fedfair.runtime.collaborator.outcome import OutcomeRecord
+from fedfair.runtime.collaborator.outcome import Excluded, OutcomeRecord
+from fedfair.core.update import update_dimension
 from fedfair.runtime.contract import (
     ACCEPTED,
     EVALUATION,
-    TRAINING,
     RoundParameters,
     Stages,
-    update_dimension,
 )
 from fedfair.runtime.manifest import Manifest
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
-from fedfair.runtime.transport import Pieces
+from fedfair.runtime.transport import EVALUATE, TRAIN, Pieces
 from fedfair.runtime.transport.chunks import plain_upload
 from fedfair.secagg import Client, EncodingConfig, SecurityParameters
 from fedfair.secagg.credentials import remembered
@@ -110,6 +109,11 @@ class Work:
     """Whether ``vector`` was let go once its encoding was kept (secure aggregation): the round still has it."""
     roster: tuple[str, ...] = ()
     """A bounded sum's roster by party id (id 1 first), once this site shared: whom its verdict record names."""
+    liars: tuple[Excluded, ...] = ()
+    """The parties a bounded sum's verdict record excludes, by this site's own check: named once no dispute clears
+    them (VERIFY)."""
+    stop: VerificationError | None = None
+    """Why this process stops once its upload of this stage left (a framed site's dispute is its last word)."""
 
     def settle(self, wait: bool) -> None:
         """Adopt the start stage's outcome if its job has ended (or, with `wait`, once it ends).
@@ -374,9 +378,9 @@ def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
     except ProtocolError as error:
         raise VerificationError(work.round, VerifyReason.MALFORMED, f"the tags are unreadable: {error}") from None
     verified = _take(work, spec, partial(spec.step, client, tags, _not_asked))
-    if work.stages is TRAINING and work.view.survivors is not None:
+    if work.stages.start == TRAIN and work.view.survivors is not None:
         me.chain.verified(work.round, verified, work.view.survivors, client.config.encoder)
-    elif work.stages is EVALUATION and work.view.survivors is not None:
+    elif work.stages.start == EVALUATE and work.view.survivors is not None:
         me.figures.verified(work.round, work.model, verified, work.view.survivors, client.config.encoder)
     return ACCEPTED
 

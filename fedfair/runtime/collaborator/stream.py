@@ -29,13 +29,13 @@ from fedfair.core.errors import (
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.connection import Connection
 from fedfair.runtime.collaborator.retries import RETRYABLE
-from fedfair.runtime.collaborator.stage_steps import STEPS
+from fedfair.runtime.collaborator.stage_steps import round_steps
 from fedfair.runtime.collaborator.steps import Participant, StageInput, StartJob, Work
-from fedfair.runtime.contract import EVALUATION, Stages, training_stages
+from fedfair.runtime.contract import EVALUATION, Aggregations, Stages, training_stages
 from fedfair.runtime.failures import AGGREGATE_REFUSED
 from fedfair.runtime.faults import maybe_die
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
-from fedfair.runtime.transport import Pieces, pb, pb_grpc
+from fedfair.runtime.transport import EVALUATE, TRAIN, Pieces, WireStage, pb, pb_grpc
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -66,7 +66,12 @@ class TaskStream:
     @property
     def training(self) -> Stages:
         """A training round's stages under this federation's plan (the bounded sum's where it bounds every input)."""
-        return training_stages(self.shared.secure_aggregation.bounds_inputs)
+        return training_stages(self.shared.secure_aggregation)
+
+    @property
+    def aggregations(self) -> Aggregations:
+        """This federation's aggregations (its training round's kind, its evaluations'), which name its stages."""
+        return Aggregations(self.training, EVALUATION)
 
     def _statistics_round(self, binding: pb.Binding) -> bool:
         raise NotImplementedError
@@ -139,22 +144,23 @@ class TaskStream:
     def handle(self, stub: pb_grpc.FederationStub, task: pb.Task) -> bool:
         """Carry out one task; False if an RPC of it failed, so it does not count as done."""
         binding = task.binding
+        at = WireStage.of(binding)
         if task.action == pb.ACTION_ABORTED:
             if self._work is not None and self._work.round == binding.round:
                 logger.info("%s: round %d was aborted by the aggregator", self.config.name, binding.round)
                 self._work = None
-            if binding.stage == self.training.last(self.shared.secure_aggregation.enabled):
+            if at == self.training.last(self.shared.secure_aggregation.enabled):
                 self._note_round(binding.round, held=False)
             return True
         try:
-            if binding.stage == pb.STAGE_TRAIN:
+            if at == TRAIN:
                 self._ensure_encoded(stub, task)
                 self.start_round(stub, binding, self.training)
-            elif binding.stage == pb.STAGE_EVALUATE:
+            elif at == EVALUATE:
                 if not self._statistics_round(binding):
                     self._ensure_encoded(stub, task)
                 self.start_round(stub, binding, EVALUATION)
-            elif binding.stage in STEPS:
+            elif self.aggregations.spec(at) is not None:
                 self.step(stub, task)
         except grpc.RpcError as error:
             if self.connection.watchdog.expired is not None:  # the watchdog closed the channel under this task
@@ -162,7 +168,7 @@ class TaskStream:
             code = error.code()
             if code == grpc.StatusCode.PERMISSION_DENIED:
                 raise self.backoff.classify(error, "taking part") from None
-            stage = pb.Stage.Name(binding.stage)
+            stage = self.aggregations.name(at)
             if code in RETRYABLE:
                 # The aggregator is gone (killed, restarting) or unreachable: its resumed process
                 # re-runs this round, or this one continues it, so the round's work is kept.
@@ -206,7 +212,7 @@ class TaskStream:
                 "%s: round %d %s: not contributing: %s",
                 self.config.name,
                 binding.round,
-                pb.Stage.Name(binding.stage),
+                self.aggregations.name(at),
                 error,
             )
             self._work = None
@@ -218,7 +224,7 @@ class TaskStream:
                 "%s: round %d %s: the aggregator sent a malformed message (%s); skipping the rest of the round",
                 self.config.name,
                 binding.round,
-                pb.Stage.Name(binding.stage),
+                self.aggregations.name(at),
                 error,
             )
             self._work = None
@@ -232,7 +238,7 @@ class TaskStream:
             work is not None
             and work.round == binding.round
             and work.stages.claim is not None
-            and binding.stage == work.stages.sum_end
+            and WireStage.of(binding) == work.stages.sum_end
         )
 
     def start_round(self, stub: pb_grpc.FederationStub, binding: pb.Binding, stages: Stages) -> None:
@@ -275,12 +281,13 @@ class TaskStream:
 
         A participant's public seam: an override may hold the stage back, skip it or act around
         ``super().step``; to change what is sent, override :meth:`submit` instead. The stages are the upload
-        stages of :data:`~fedfair.runtime.collaborator.stage_steps.STEPS` (the masked input alone without secure
+        stages of :func:`~fedfair.runtime.collaborator.stage_steps.round_steps` (the masked input alone without secure
         aggregation).
         """
         binding = task.binding
+        at = WireStage.of(binding)
         work = self._work
-        if work is None or work.round != binding.round or binding.stage not in work.stages.uploads:
+        if work is None or work.round != binding.round or at not in work.stages.uploads:
             # A task for a round this process did not start (it restarted mid-round): sit it out.
             self.submit(stub, binding, b"")
             return
@@ -289,12 +296,12 @@ class TaskStream:
         try:
             # Only masking needs the contribution; a job already over is taken at any stage, so a
             # round with nothing to contribute is left as soon as that is known.
-            work.settle(wait=binding.stage == work.stages.masked)
+            work.settle(wait=at == work.stages.masked)
             if work.vector is None and not work.released and work.pending is None:
                 raise RefusedError(Refusal.WITHDRAWN, "nothing to contribute this round")
             inputs = self._input(stub, task)
             with self.connection.watchdog.working():  # proving, checking: the aggregator waits for this site
-                payload = STEPS[binding.stage](self.participant, work, inputs)
+                payload = round_steps(work.stages)[at](self.participant, work, inputs)
         except VerificationError as error:
             # Not a withdrawal: the aggregator showed a sum that is not the survivors' (or would not let it be
             # checked). No model made from it is applied, and no bundle kept after it: the site stops here.
@@ -306,15 +313,17 @@ class TaskStream:
             work.withdrawn = True
             self.submit(stub, binding, b"")
             return
-        maybe_die("before-upload", binding.round, pb.Stage.Name(binding.stage))
+        maybe_die("before-upload", binding.round, work.stages.name(at))
         self.submit(stub, binding, payload)
-        maybe_die("after-upload", binding.round, pb.Stage.Name(binding.stage))
+        if work.stop is not None:  # an upload that was this site's last word: a framed site's dispute
+            raise self._refuse_sum(binding.round, work.stop)
+        maybe_die("after-upload", binding.round, work.stages.name(at))
         # A round re-run after an aggregator crash is sent again, but it is one round contributed to.
         training = self.training
-        if binding.stage == training.masked and binding.round not in self.contributed_rounds[-1:]:
+        if at == training.masked and binding.round not in self.contributed_rounds[-1:]:
             self.contributed_rounds.append(binding.round)
         # The sum holds this update once it is uploaded (plain) or once the round names it: this site signed a
         # survivor set (a masked input the aggregator drops leaves the site out of that stage), or accepted a verdict
         # record that puts it in the bounded sum.
-        if binding.stage == (training.committed if self.shared.secure_aggregation.enabled else training.masked):
+        if at == (training.committed if self.shared.secure_aggregation.enabled else training.masked):
             self._note_round(binding.round, held=True)

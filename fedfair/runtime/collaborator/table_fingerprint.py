@@ -5,7 +5,9 @@ columns in name order, a missing cell empty, a cell that reads as a finite numbe
 alike), other text stripped, and the rows sorted. A file moved, copied, converted between CSV and Parquet or
 re-sorted is the same table; a row added, removed or corrected, or a column renamed, is another table, with a
 ledger of its own that continues the spend of the ledgers it shares rows with (:mod:`fedfair.privacy.ledger_people`,
-matched on :func:`table_rows`). [data] recode does not count: it renames values, not people.
+matched on :func:`table_rows`). A row is matched in two spellings: as the fingerprint reads it, and as the sorted
+cells alone, case folded, a date's midnight dropped, so that a column renamed (which moves it in name order), a
+category's case changed at export or a date column parsed as dates into Parquet still finds the same people. [data] recode does not count: it renames values, not people.
 
 Why: docs/security.md, "The privacy ledger".
 """
@@ -25,7 +27,7 @@ from fedfair.datasets.tabular import read_table
 from fedfair.privacy.ledger_people import TABLE_KEY
 
 
-_SEEN: dict[tuple[str, int, int], tuple[str, list[str]]] = {}
+_SEEN: dict[tuple[str, int, int], tuple[str, list[tuple[str, str]]]] = {}
 """Fingerprints and rows already computed, by (resolved path, mtime in ns, size): a site opens its ledger often."""
 
 
@@ -38,8 +40,12 @@ def table_fingerprint(path: Path) -> str:
     return _read(path)[0]
 
 
-def table_rows(path: Path) -> list[str]:
-    """The table at `path`'s canonical rows, sorted (duplicates kept): what its people are matched on.
+def table_rows(path: Path) -> list[tuple[str, str]]:
+    """The table at `path`'s rows in their two spellings (duplicates kept): what its people are matched on.
+
+    Each row as the fingerprint reads it (columns in name order), and its cells alone, case folded and sorted: the
+    second survives a column's new name and a category's new case, which every row would carry. Matching on the
+    first too keeps the rows files of before (which hold the first alone) matched.
 
     Raises:
         ConfigError: the table cannot be read, naming the file.
@@ -47,7 +53,7 @@ def table_rows(path: Path) -> list[str]:
     return _read(path)[1]
 
 
-def _read(path: Path) -> tuple[str, list[str]]:
+def _read(path: Path) -> tuple[str, list[tuple[str, str]]]:
     try:
         status = path.stat()
     except OSError:
@@ -58,13 +64,15 @@ def _read(path: Path) -> tuple[str, list[str]]:
     return _SEEN[key]
 
 
-def _fingerprint(table: pd.DataFrame) -> tuple[str, list[str]]:
+def _fingerprint(table: pd.DataFrame) -> tuple[str, list[tuple[str, str]]]:
     names = [str(name).strip() for name in table.columns]
     order = sorted(range(len(names)), key=lambda index: names[index])
     cells = [_canonical(table.iloc[:, index]) for index in order]
-    rows = sorted("\x1f".join(row) for row in zip(*cells, strict=True))
+    rows = sorted(
+        ("\x1f".join(row), "\x1f".join(sorted(_person(cell) for cell in row))) for row in zip(*cells, strict=True)
+    )
     digest = hashlib.sha256("\x1e".join(names[index] for index in order).encode())
-    for row in rows:
+    for row, _ in rows:
         digest.update(b"\n" + row.encode())
     return digest.hexdigest(), rows
 
@@ -74,6 +82,15 @@ def _canonical(column: pd.Series) -> list[str]:
     codes, values = pd.factorize(column, use_na_sentinel=True)
     canonical = np.array([*(_cell(value) for value in values.tolist()), ""], dtype=object)  # code -1: missing
     return list(canonical[codes])
+
+
+def _person(cell: str) -> str:
+    """A canonical cell as the people's spelling matches it: case folded, a date's midnight dropped.
+
+    A date column reads as text from a CSV ("2020-01-03") and as timestamps from a Parquet file written with dates
+    ("2020-01-03 00:00:00"): the same people, whose spend must continue across the conversion.
+    """
+    return cell.removesuffix(" 00:00:00").casefold()
 
 
 def _cell(value: object) -> str:

@@ -22,12 +22,15 @@ import grpc
 import numpy as np
 
 from fedfair.core.errors import WireError
-from fedfair.runtime.contract import AGGREGATIONS, EVALUATION, TRAINING
+from fedfair.runtime.contract import EVALUATION, TRAINING, Aggregations
 from fedfair.runtime.transport import (
+    EVALUATE,
+    TRAIN,
     Forwarder,
     Pieces,
     Reassembler,
     Uploader,
+    WireStage,
     assemble,
     inline_input,
     pb,
@@ -51,20 +54,25 @@ BUNDLE_BYTES_PER_PARAMETER = 32
 """The bundle's tensors: the averaged and the last model, float64 each, twice over for slack."""
 
 
-CLAIMS = frozenset(stages.claim for stages in (TRAINING, EVALUATION) if stages.claim is not None)
-"""The stages whose input is a claimed sum (d + 1 words): read as a view, since bytes would copy it once more."""
+CLAIMS = frozenset(
+    (stages.protocol.name, stages.claim) for stages in (TRAINING, EVALUATION) if stages.claim is not None
+)
+"""The (round kind, stage) pairs whose input is a claimed sum (d + 1 words): read as a view, since bytes would copy it
+once more."""
 
 TAG_SETS = frozenset(
-    stages.wire(spec)
+    (stages.protocol.name, stages.wire(spec))
     for stages in (TRAINING, EVALUATION)
     for spec in stages.protocol.verify_stages
     if spec.upload is None
 )
-"""The stages whose input is the tag set, which above RESUMMED_WORDS may carry every survivor's masked input: read as
-a view too."""
+"""The (round kind, stage) pairs whose input is the tag set, which above RESUMMED_WORDS may carry every survivor's
+masked input: read as a view too."""
 
 
-def input_limit(task: pb.Task, collaborators: int, parameters: int, evaluation_words: int) -> int:
+def input_limit(
+    task: pb.Task, aggregations: Aggregations, collaborators: int, parameters: int, evaluation_words: int
+) -> int:
     """The most bytes this institution reads for `task`'s input, from its pinned plan.
 
     The final bundle (a fixed cap plus the model's size), a start stage's encoder (a fixed cap), or a secure stage's
@@ -72,18 +80,18 @@ def input_limit(task: pb.Task, collaborators: int, parameters: int, evaluation_w
     roster and the most words one of the aggregation's sums may hold: a training round's 2 (d + 1) values with drift
     correction, padded to a power of two under noise (below 4 (d + 2)), an evaluation's `evaluation_words` (the
     length its plan gives that round's evaluation or statistics sums) and its weight. A stage no declaration names
-    takes a fixed part and one per party of the roster.
+    takes a fixed part and one per party of the roster. `aggregations` are the federation's, which name its stages.
     """
     if task.action == pb.ACTION_FINISHED:
         return BUNDLE_BYTES + BUNDLE_BYTES_PER_PARAMETER * parameters
-    if task.binding.stage in (pb.STAGE_TRAIN, pb.STAGE_EVALUATE):
+    stage = WireStage.of(task.binding)
+    if stage in (TRAIN, EVALUATE):
         return ENCODER_BYTES
-    for stages in AGGREGATIONS:
-        spec = stages.specs.get(task.binding.stage)
-        if spec is not None:
-            words = evaluation_words + 2 if stages is EVALUATION else 4 * (parameters + 2)
-            return spec.input_bytes(collaborators, words)
-    return roster_input(collaborators, 0)
+    stages, spec = aggregations.of(stage), aggregations.spec(stage)
+    if stages is None or spec is None:
+        return roster_input(collaborators, 0)
+    words = evaluation_words + 2 if stages.start == EVALUATE else 4 * (parameters + 2)
+    return spec.input_bytes(collaborators, words)
 
 
 def federation_stub(channel: grpc.Channel) -> pb_grpc.FederationStub:
@@ -162,7 +170,7 @@ class Uplink:
         """The Fetch stream of `task`'s input; a WireError, before anything is fetched, past `limit` bytes."""
         if task.input_size > limit:
             raise WireError(
-                f"the aggregator announces {task.input_size} bytes for the {pb.Stage.Name(task.binding.stage)} "
+                f"the aggregator announces {task.input_size} bytes for the {WireStage.of(task.binding)} "
                 f"input, above the {limit} this institution's pinned plan allows; nothing of it was read"
             )
         request = pb.FetchRequest(binding=task.binding)

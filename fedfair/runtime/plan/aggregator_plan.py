@@ -251,6 +251,8 @@ def _plain(settings: LearningSettings) -> dict[str, Any]:
         # Left out when off, like dropouts: digests unchanged (the auditor is then unset).
         loaded["secure_aggregation"].pop("input_bound")
         loaded["secure_aggregation"].pop("auditor")
+    if settings.secure_aggregation.round_kind is None:
+        loaded["secure_aggregation"].pop("round_kind")  # left out when unset, like input_bound: digests unchanged
     if settings.quorum.grace_factor is None:
         loaded["quorum"].pop("grace_factor")  # left out when unset, like dropouts: digests unchanged
     if settings.quorum.aborted_rounds_allowed == 0:

@@ -151,6 +151,11 @@ def bounded_check_lines(trained_noise: bool) -> list[str]:
         f"a site that leaves after sharing and before its tags voids that round (the total cannot be checked "
         f"without them); {leaver}; "
         "a site lost after its tags costs no round",
+        "a site whose proof fails is left out and named a liar by every site's own check of the verdict record; a "
+        "site the aggregator's false verifier message leaves out shows it with the part it sent the aggregator, and "
+        "every site refuses the round naming the aggregator (FRAMED); one the auditor's message leaves out, where "
+        "that message or the record's query seed is false, stops naming both verifiers (it cannot tell which lied), "
+        "but cannot show it without revealing its update",
         "evaluation sums: masked, as without the input bound",
     ]
 

@@ -45,6 +45,8 @@ from fedfair.secagg import EncodingConfig, SecurityParameters, check_no_wraparou
 from fedfair.secagg.config import holders_per_secret, threshold_in_force
 from fedfair.secagg.training_noise import noised_encoding
 from fedfair.secagg.graph import default_degree
+from fedfair.secagg.bounded.stages import BOUNDED_ROUND
+from fedfair.secagg.round import SECURE_ROUND, round_kind
 
 if TYPE_CHECKING:
     from fedfair.core.algorithm import FedSRCVaR
@@ -99,11 +101,24 @@ class SecureAggregationSettings:
     """Whether each party proves its input within its bound, and to whom (fedfair.runtime.plan.input_bound)."""
     auditor: str | None = None
     """The second verifier under input_bound = "two_verifiers": an auditor institution of the manifest."""
+    round_kind: str | None = None
+    """The registered round kind (fedfair.secagg.round.register_round_kind) a training round runs, where a plug-in
+    brings its own; None: the one the input bound implies (:attr:`training_kind`)."""
 
     @property
     def bounds_inputs(self) -> bool:
         """Whether every site proves its update within its bound to two verifiers (a training round's bounded sum)."""
         return self.input_bound == TWO_VERIFIERS
+
+    @property
+    def training_kind(self) -> str:
+        """The name of the round kind a training round runs.
+
+        ``round_kind``, else the bounded sum under the input bound, else the masked round.
+        """
+        if self.round_kind is not None:
+            return self.round_kind
+        return BOUNDED_ROUND.name if self.bounds_inputs else SECURE_ROUND.name
 
     @property
     def tolerates_dropouts(self) -> bool:
@@ -326,6 +341,7 @@ def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> Secu
     max_colluding = t.integer("max_colluding", d.max_colluding, low=0, high=n)
     dropouts = t.string("dropouts", d.dropouts, choices=DROPOUT_POLICIES)
     input_bound, auditor = read_input_bound(t, enabled)
+    round_kind = _round_kind(t, enabled, input_bound) if t.given("round_kind") else None
     if enabled:
         # The threshold rule for a round of the full roster (m holders of each secret, up to c colluders), and its
         # worst-case sum within the words: the protocol's own checks, before any round is built.
@@ -347,7 +363,25 @@ def _secure_aggregation(source: str, data: Mapping[str, object], n: int) -> Secu
         dropouts,
         input_bound,
         auditor,
+        round_kind,
     )
+
+
+def _round_kind(t: Table, enabled: bool, input_bound: str) -> str:
+    """[secure_aggregation] round_kind: a registered kind, in a secure plan that does not bound its inputs."""
+    name = t.string("round_kind")
+    if not enabled:
+        t.fail("[secure_aggregation] round_kind names a secure round, but enabled = false; remove round_kind")
+    if input_bound != NO_INPUT_BOUND:
+        t.fail(
+            f'[secure_aggregation] round_kind = "{name}" and input_bound = "{input_bound}" each name the training '
+            "round's kind; keep one"
+        )
+    try:
+        round_kind(name)
+    except ConfigError as error:
+        t.fail(f"[secure_aggregation] round_kind: {error}")
+    return name
 
 
 def _quorum(source: str, data: Mapping[str, object], n: int, secagg: SecureAggregationSettings) -> QuorumSettings:

@@ -118,10 +118,17 @@ def read_plan_privacy(source: str, data: Mapping[str, object], secure: bool, loc
     if mode != "off" and settings.report_epsilon is None:
         # Noised training next to exact answers: the evaluation answers and the table statistics would decode to
         # the very sums (held-out losses, label counts) the training noise keeps from the aggregator.
+        # Without secure aggregation report_epsilon is refused too (above): name both steps, or the two
+        # messages send the operator back and forth.
+        noise_them = (
+            "set report_epsilon (e.g. 1.0) to noise them too"
+            if secure
+            else "turn [secure_aggregation] on and set report_epsilon (e.g. 1.0) to noise them too, inside the "
+            "secure sum"
+        )
         t.fail(
             f'[privacy] mode = "{mode}" protects training, but without report_epsilon the evaluation answers and '
-            "the table statistics go to the aggregator exact; set report_epsilon (e.g. 1.0) to noise them too, "
-            'or mode = "off" if no noise is wanted'
+            f'the table statistics go to the aggregator exact; {noise_them}, or mode = "off" if no noise is wanted'
         )
     if settings.interim_report_epsilon is not None and settings.report_epsilon is None:
         t.fail(
@@ -332,11 +339,21 @@ def privacy_shortfall(own: PrivacyConfig, plan: PlanPrivacy, secure: bool) -> st
     or no distributed noise where it asks for it), local DP-SGD on top of the plan's distributed noise (its
     own noise would be counted nowhere in the sum's calibration), or local DP-SGD under a `secure` plan whose
     evaluation answers and table statistics decode exact (no report_epsilon: they would tell the aggregator the
-    sums the training noise keeps from it). Without secure aggregation a plan cannot set report_epsilon, so
+    sums the training noise keeps from it); or no [privacy] of its own under a plan whose mode = "local" leaves the
+    training's noise to each institution. Without secure aggregation a plan cannot set report_epsilon, so
     local DP-SGD is accepted there: the aggregator reads each site's answers and statistics exact whatever the
     site does, and refusing would leave it no noise at all (docs/security.md). Each reason names the fix.
     """
     if not own.enabled:
+        if plan.mode == "local":
+            # The plan's "local" is a promise that each institution adds its own DP-SGD: nothing else noises the
+            # training, so a site without it would send exact updates under a plan that says they are private.
+            return (
+                "the plan's [privacy] mode = \"local\" trains under each institution's own DP-SGD, and this "
+                "institution's config has no [privacy] enabled, so its updates would leave un-noised; set "
+                "[privacy] enabled = true (with noise_multiplier or target_epsilon) in this institution's config, "
+                'or ask the operator for mode = "off" if un-noised training is intended'
+            )
         return None
     if own.mode == "local":
         if plan.distributed:

@@ -8,7 +8,7 @@ soundness of each.
 
 from __future__ import annotations
 
-from fedfair.runtime.contract import update_dimension
+from fedfair.core.update import update_dimension
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
 from fedfair.secagg.config import RESUMMED_WORDS, SecAggConfig
 from fedfair.secagg.resum import resum_decides

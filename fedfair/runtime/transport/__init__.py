@@ -4,7 +4,7 @@
   regenerate with ``python -m fedfair.runtime.transport.codegen``).
 - ``chunks``: payloads and float tensors in bounded chunks with declared total sizes; what
   was wrong with a refused chunk stays in the receiver's log (senders hear ``MALFORMED_MESSAGE``).
-- ``binding``: every message bound to (federation id, round, stage); replays and late
+- ``stage_gate``: every message bound to (federation id, round, stage and step); replays and late
   messages refused with one generic message.
 - ``security``: credentials from the certs folder, peer identity from the certificate alone.
 - ``wire_version``: the schema version a peer speaks, checked at GetPlan, so another release is refused at once.
@@ -14,9 +14,13 @@ from fedfair.core.errors import WireError
 from fedfair.runtime.transport import fedfair_pb2 as pb
 from fedfair.runtime.transport import fedfair_pb2_grpc as pb_grpc
 from fedfair.runtime.transport.stage_gate import (
+    EVALUATE,
+    JOIN,
     NOT_EXPECTED,
     NOT_PERMITTED,
+    TRAIN,
     StageGate,
+    WireStage,
     describe_binding,
     make_binding,
     receive_upload,
@@ -64,6 +68,10 @@ from fedfair.runtime.transport.wire_version import (
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
+    "EVALUATE",
+    "JOIN",
+    "TRAIN",
+    "WireStage",
     "INLINE_INPUT_BYTES",
     "MALFORMED_MESSAGE",
     "MAX_MESSAGE_BYTES",

@@ -24,43 +24,43 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rfedfair.proto\x12\nfedfair.v1\"Q\n\x07\x42inding\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x04\x12 \n\x05stage\x18\x03 \x01(\x0e\x32\x11.fedfair.v1.Stage\"G\n\x05\x43hunk\x12\r\n\x05index\x18\x01 \x01(\r\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x12\n\ntotal_size\x18\x03 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"I\n\x0bPlanRequest\x12$\n\x07\x62inding\x18\x01 \x01(\x0b\x32\x13.fedfair.v1.Binding\x12\x14\n\x0cwire_version\x18\x02 \x01(\r\"n\n\tPlanReply\x12$\n\x07\x62inding\x18\x01 \x01(\x0b\x32\x13.fedfair.v1.Binding\x12\x10\n\x08settings\x18\x02 \x01(\x0c\x12\x13\n\x0bplan_digest\x18\x03 \x01(\t\x12\x14\n\x0cwire_version\x18\x04 \x01(\r\"1\n\x0bTaskRequest\x12\"\n\x05\x61\x66ter\x18\x01 \x01(\x0b\x32\x13.fedfair.v1.Binding\"\xca\x01\n\x04Task\x12$\n\x07\x62inding\x18\x01 \x01(\x0b\x32\x13.fedfair.v1.Binding\x12\"\n\x06\x61\x63tion\x18\x02 \x01(\x0e\x32\x12.fedfair.v1.Action\x12\x12\n\ninput_size\x18\x03 \x01(\x04\x12\x18\n\x10\x64\x65\x61\x64line_seconds\x18\x04 \x01(\x01\x12\x13\n\x0bplan_digest\x18\x05 \x01(\t\x12\x12\n\x05input\x18\x06 \x01(\x0cH\x00\x88\x01\x01\x12\x17\n\x0fmanifest_digest\x18\x07 \x01(\tB\x08\n\x06_input\"4\n\x0c\x46\x65tchRequest\x12$\n\x07\x62inding\x18\x01 \x01(\x0b\x32\x13.fedfair.v1.Binding\"\x88\x01\n\tModelPart\x12$\n\x07\x62inding\x18\x01 \x01(\x0b\x32\x13.fedfair.v1.Binding\x12 \n\x05\x64type\x18\x02 \x01(\x0e\x32\x11.fedfair.v1.DType\x12\x11\n\tthreshold\x18\x03 \x01(\x01\x12 \n\x05theta\x18\x04 \x01(\x0b\x32\x11.fedfair.v1.Chunk\"N\n\x04Part\x12$\n\x07\x62inding\x18\x01 \x01(\x0b\x32\x13.fedfair.v1.Binding\x12 \n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x11.fedfair.v1.Chunk\"V\n\x07Receipt\x12$\n\x07\x62inding\x18\x01 \x01(\x0b\x32\x13.fedfair.v1.Binding\x12\x15\n\rreceived_size\x18\x02 \x01(\x04\x12\x0e\n\x06sha256\x18\x03 \x01(\x0c\"\x86\x01\n\x0cStatusReport\x12$\n\x07\x62inding\x18\x01 \x01(\x0b\x32\x13.fedfair.v1.Binding\x12.\n\x06status\x18\x02 \x01(\x0e\x32\x1e.fedfair.v1.CollaboratorStatus\x12\x14\n\x07\x65psilon\x18\x03 \x01(\x01H\x00\x88\x01\x01\x42\n\n\x08_epsilon*\xc1\x05\n\x05Stage\x12\x15\n\x11STAGE_UNSPECIFIED\x10\x00\x12\x0e\n\nSTAGE_JOIN\x10\x01\x12\x0f\n\x0bSTAGE_TRAIN\x10\x02\x12\x18\n\x14STAGE_ADVERTISE_KEYS\x10\x03\x12\x14\n\x10STAGE_SHARE_KEYS\x10\x04\x12\x16\n\x12STAGE_CHECK_SHARES\x10\x05\x12\x16\n\x12STAGE_MASKED_INPUT\x10\x06\x12\x15\n\x11STAGE_CONSISTENCY\x10\x07\x12\x10\n\x0cSTAGE_UNMASK\x10\x08\x12\x16\n\x12STAGE_VERIFY_CLAIM\x10\t\x12\x15\n\x11STAGE_VERIFY_TAGS\x10\n\x12\x1d\n\x19STAGE_BOUNDED_AUDITOR_KEY\x10\x0b\x12\x17\n\x13STAGE_BOUNDED_SHARE\x10\x0c\x12\x19\n\x15STAGE_BOUNDED_ROSTERS\x10\r\x12\x1a\n\x16STAGE_BOUNDED_MESSAGES\x10\x0e\x12\x17\n\x13STAGE_BOUNDED_TOTAL\x10\x0f\x12\x18\n\x14STAGE_BOUNDED_DECIDE\x10\x10\x12\x18\n\x14STAGE_BOUNDED_VERIFY\x10\x11\x12\x12\n\x0eSTAGE_EVALUATE\x10\x12\x12\x1d\n\x19STAGE_EVAL_ADVERTISE_KEYS\x10\x13\x12\x19\n\x15STAGE_EVAL_SHARE_KEYS\x10\x14\x12\x1b\n\x17STAGE_EVAL_CHECK_SHARES\x10\x15\x12\x1b\n\x17STAGE_EVAL_MASKED_INPUT\x10\x16\x12\x1a\n\x16STAGE_EVAL_CONSISTENCY\x10\x17\x12\x15\n\x11STAGE_EVAL_UNMASK\x10\x18\x12\x1b\n\x17STAGE_EVAL_VERIFY_CLAIM\x10\x19\x12\x1a\n\x16STAGE_EVAL_VERIFY_TAGS\x10\x1a\x12\x18\n\x14STAGE_EVAL_EXTENSION\x10\x1b*D\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x11\n\rDTYPE_FLOAT32\x10\x01\x12\x11\n\rDTYPE_FLOAT64\x10\x02*Y\n\x06\x41\x63tion\x12\x16\n\x12\x41\x43TION_UNSPECIFIED\x10\x00\x12\x0e\n\nACTION_RUN\x10\x01\x12\x12\n\x0e\x41\x43TION_ABORTED\x10\x02\x12\x13\n\x0f\x41\x43TION_FINISHED\x10\x03*\x8d\x01\n\x12\x43ollaboratorStatus\x12#\n\x1f\x43OLLABORATOR_STATUS_UNSPECIFIED\x10\x00\x12$\n COLLABORATOR_STATUS_BUDGET_SPENT\x10\x01\x12,\n(COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT\x10\x02\x32\x9a\x03\n\nFederation\x12\x39\n\x07GetPlan\x12\x17.fedfair.v1.PlanRequest\x1a\x15.fedfair.v1.PlanReply\x12;\n\x0cWaitForTasks\x12\x17.fedfair.v1.TaskRequest\x1a\x10.fedfair.v1.Task0\x01\x12\x42\n\rDownloadModel\x12\x18.fedfair.v1.FetchRequest\x1a\x15.fedfair.v1.ModelPart0\x01\x12\x35\n\x05\x46\x65tch\x12\x18.fedfair.v1.FetchRequest\x1a\x10.fedfair.v1.Part0\x01\x12\x31\n\x06Submit\x12\x10.fedfair.v1.Part\x1a\x13.fedfair.v1.Receipt(\x01\x12-\n\x04Send\x12\x10.fedfair.v1.Part\x1a\x13.fedfair.v1.Receipt\x12\x37\n\x06Report\x12\x18.fedfair.v1.StatusReport\x1a\x13.fedfair.v1.Receiptb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rfedfair.proto\x12\nfedfair.v1\"_\n\x07\x42inding\x12\x15\n\rfederation_id\x18\x01 \x01(\t\x12\r\n\x05round\x18\x02 \x01(\x04\x12 \n\x05stage\x18\x03 \x01(\x0e\x32\x11.fedfair.v1.Stage\x12\x0c\n\x04step\x18\x04 \x01(\r\"G\n\x05\x43hunk\x12\r\n\x05index\x18\x01 \x01(\r\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x12\n\ntotal_size\x18\x03 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"I\n\x0bPlanRequest\x12$\n\x07\x62inding\x18\x01 \x01(\x0b\x32\x13.fedfair.v1.Binding\x12\x14\n\x0cwire_version\x18\x02 \x01(\r\"n\n\tPlanReply\x12$\n\x07\x62inding\x18\x01 \x01(\x0b\x32\x13.fedfair.v1.Binding\x12\x10\n\x08settings\x18\x02 \x01(\x0c\x12\x13\n\x0bplan_digest\x18\x03 \x01(\t\x12\x14\n\x0cwire_version\x18\x04 \x01(\r\"1\n\x0bTaskRequest\x12\"\n\x05\x61\x66ter\x18\x01 \x01(\x0b\x32\x13.fedfair.v1.Binding\"\xca\x01\n\x04Task\x12$\n\x07\x62inding\x18\x01 \x01(\x0b\x32\x13.fedfair.v1.Binding\x12\"\n\x06\x61\x63tion\x18\x02 \x01(\x0e\x32\x12.fedfair.v1.Action\x12\x12\n\ninput_size\x18\x03 \x01(\x04\x12\x18\n\x10\x64\x65\x61\x64line_seconds\x18\x04 \x01(\x01\x12\x13\n\x0bplan_digest\x18\x05 \x01(\t\x12\x12\n\x05input\x18\x06 \x01(\x0cH\x00\x88\x01\x01\x12\x17\n\x0fmanifest_digest\x18\x07 \x01(\tB\x08\n\x06_input\"4\n\x0c\x46\x65tchRequest\x12$\n\x07\x62inding\x18\x01 \x01(\x0b\x32\x13.fedfair.v1.Binding\"\x88\x01\n\tModelPart\x12$\n\x07\x62inding\x18\x01 \x01(\x0b\x32\x13.fedfair.v1.Binding\x12 \n\x05\x64type\x18\x02 \x01(\x0e\x32\x11.fedfair.v1.DType\x12\x11\n\tthreshold\x18\x03 \x01(\x01\x12 \n\x05theta\x18\x04 \x01(\x0b\x32\x11.fedfair.v1.Chunk\"N\n\x04Part\x12$\n\x07\x62inding\x18\x01 \x01(\x0b\x32\x13.fedfair.v1.Binding\x12 \n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x11.fedfair.v1.Chunk\"V\n\x07Receipt\x12$\n\x07\x62inding\x18\x01 \x01(\x0b\x32\x13.fedfair.v1.Binding\x12\x15\n\rreceived_size\x18\x02 \x01(\x04\x12\x0e\n\x06sha256\x18\x03 \x01(\x0c\"\x86\x01\n\x0cStatusReport\x12$\n\x07\x62inding\x18\x01 \x01(\x0b\x32\x13.fedfair.v1.Binding\x12.\n\x06status\x18\x02 \x01(\x0e\x32\x1e.fedfair.v1.CollaboratorStatus\x12\x14\n\x07\x65psilon\x18\x03 \x01(\x01H\x00\x88\x01\x01\x42\n\n\x08_epsilon*S\n\x05Stage\x12\x15\n\x11STAGE_UNSPECIFIED\x10\x00\x12\x0e\n\nSTAGE_JOIN\x10\x01\x12\x0f\n\x0bSTAGE_TRAIN\x10\x02\x12\x12\n\x0eSTAGE_EVALUATE\x10\x03*D\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x11\n\rDTYPE_FLOAT32\x10\x01\x12\x11\n\rDTYPE_FLOAT64\x10\x02*Y\n\x06\x41\x63tion\x12\x16\n\x12\x41\x43TION_UNSPECIFIED\x10\x00\x12\x0e\n\nACTION_RUN\x10\x01\x12\x12\n\x0e\x41\x43TION_ABORTED\x10\x02\x12\x13\n\x0f\x41\x43TION_FINISHED\x10\x03*\x8d\x01\n\x12\x43ollaboratorStatus\x12#\n\x1f\x43OLLABORATOR_STATUS_UNSPECIFIED\x10\x00\x12$\n COLLABORATOR_STATUS_BUDGET_SPENT\x10\x01\x12,\n(COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT\x10\x02\x32\x9a\x03\n\nFederation\x12\x39\n\x07GetPlan\x12\x17.fedfair.v1.PlanRequest\x1a\x15.fedfair.v1.PlanReply\x12;\n\x0cWaitForTasks\x12\x17.fedfair.v1.TaskRequest\x1a\x10.fedfair.v1.Task0\x01\x12\x42\n\rDownloadModel\x12\x18.fedfair.v1.FetchRequest\x1a\x15.fedfair.v1.ModelPart0\x01\x12\x35\n\x05\x46\x65tch\x12\x18.fedfair.v1.FetchRequest\x1a\x10.fedfair.v1.Part0\x01\x12\x31\n\x06Submit\x12\x10.fedfair.v1.Part\x1a\x13.fedfair.v1.Receipt(\x01\x12-\n\x04Send\x12\x10.fedfair.v1.Part\x1a\x13.fedfair.v1.Receipt\x12\x37\n\x06Report\x12\x18.fedfair.v1.StatusReport\x1a\x13.fedfair.v1.Receiptb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'fedfair_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STAGE']._serialized_start=1127
-  _globals['_STAGE']._serialized_end=1832
-  _globals['_DTYPE']._serialized_start=1834
-  _globals['_DTYPE']._serialized_end=1902
-  _globals['_ACTION']._serialized_start=1904
-  _globals['_ACTION']._serialized_end=1993
-  _globals['_COLLABORATORSTATUS']._serialized_start=1996
-  _globals['_COLLABORATORSTATUS']._serialized_end=2137
+  _globals['_STAGE']._serialized_start=1140
+  _globals['_STAGE']._serialized_end=1223
+  _globals['_DTYPE']._serialized_start=1225
+  _globals['_DTYPE']._serialized_end=1293
+  _globals['_ACTION']._serialized_start=1295
+  _globals['_ACTION']._serialized_end=1384
+  _globals['_COLLABORATORSTATUS']._serialized_start=1387
+  _globals['_COLLABORATORSTATUS']._serialized_end=1528
   _globals['_BINDING']._serialized_start=29
-  _globals['_BINDING']._serialized_end=110
-  _globals['_CHUNK']._serialized_start=112
-  _globals['_CHUNK']._serialized_end=183
-  _globals['_PLANREQUEST']._serialized_start=185
-  _globals['_PLANREQUEST']._serialized_end=258
-  _globals['_PLANREPLY']._serialized_start=260
-  _globals['_PLANREPLY']._serialized_end=370
-  _globals['_TASKREQUEST']._serialized_start=372
-  _globals['_TASKREQUEST']._serialized_end=421
-  _globals['_TASK']._serialized_start=424
-  _globals['_TASK']._serialized_end=626
-  _globals['_FETCHREQUEST']._serialized_start=628
-  _globals['_FETCHREQUEST']._serialized_end=680
-  _globals['_MODELPART']._serialized_start=683
-  _globals['_MODELPART']._serialized_end=819
-  _globals['_PART']._serialized_start=821
-  _globals['_PART']._serialized_end=899
-  _globals['_RECEIPT']._serialized_start=901
-  _globals['_RECEIPT']._serialized_end=987
-  _globals['_STATUSREPORT']._serialized_start=990
-  _globals['_STATUSREPORT']._serialized_end=1124
-  _globals['_FEDERATION']._serialized_start=2140
-  _globals['_FEDERATION']._serialized_end=2550
+  _globals['_BINDING']._serialized_end=124
+  _globals['_CHUNK']._serialized_start=126
+  _globals['_CHUNK']._serialized_end=197
+  _globals['_PLANREQUEST']._serialized_start=199
+  _globals['_PLANREQUEST']._serialized_end=272
+  _globals['_PLANREPLY']._serialized_start=274
+  _globals['_PLANREPLY']._serialized_end=384
+  _globals['_TASKREQUEST']._serialized_start=386
+  _globals['_TASKREQUEST']._serialized_end=435
+  _globals['_TASK']._serialized_start=438
+  _globals['_TASK']._serialized_end=640
+  _globals['_FETCHREQUEST']._serialized_start=642
+  _globals['_FETCHREQUEST']._serialized_end=694
+  _globals['_MODELPART']._serialized_start=697
+  _globals['_MODELPART']._serialized_end=833
+  _globals['_PART']._serialized_start=835
+  _globals['_PART']._serialized_end=913
+  _globals['_RECEIPT']._serialized_start=915
+  _globals['_RECEIPT']._serialized_end=1001
+  _globals['_STATUSREPORT']._serialized_start=1004
+  _globals['_STATUSREPORT']._serialized_end=1138
+  _globals['_FEDERATION']._serialized_start=1531
+  _globals['_FEDERATION']._serialized_end=1941
 # @@protoc_insertion_point(module_scope)

@@ -11,31 +11,7 @@ class Stage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STAGE_UNSPECIFIED: _ClassVar[Stage]
     STAGE_JOIN: _ClassVar[Stage]
     STAGE_TRAIN: _ClassVar[Stage]
-    STAGE_ADVERTISE_KEYS: _ClassVar[Stage]
-    STAGE_SHARE_KEYS: _ClassVar[Stage]
-    STAGE_CHECK_SHARES: _ClassVar[Stage]
-    STAGE_MASKED_INPUT: _ClassVar[Stage]
-    STAGE_CONSISTENCY: _ClassVar[Stage]
-    STAGE_UNMASK: _ClassVar[Stage]
-    STAGE_VERIFY_CLAIM: _ClassVar[Stage]
-    STAGE_VERIFY_TAGS: _ClassVar[Stage]
-    STAGE_BOUNDED_AUDITOR_KEY: _ClassVar[Stage]
-    STAGE_BOUNDED_SHARE: _ClassVar[Stage]
-    STAGE_BOUNDED_ROSTERS: _ClassVar[Stage]
-    STAGE_BOUNDED_MESSAGES: _ClassVar[Stage]
-    STAGE_BOUNDED_TOTAL: _ClassVar[Stage]
-    STAGE_BOUNDED_DECIDE: _ClassVar[Stage]
-    STAGE_BOUNDED_VERIFY: _ClassVar[Stage]
     STAGE_EVALUATE: _ClassVar[Stage]
-    STAGE_EVAL_ADVERTISE_KEYS: _ClassVar[Stage]
-    STAGE_EVAL_SHARE_KEYS: _ClassVar[Stage]
-    STAGE_EVAL_CHECK_SHARES: _ClassVar[Stage]
-    STAGE_EVAL_MASKED_INPUT: _ClassVar[Stage]
-    STAGE_EVAL_CONSISTENCY: _ClassVar[Stage]
-    STAGE_EVAL_UNMASK: _ClassVar[Stage]
-    STAGE_EVAL_VERIFY_CLAIM: _ClassVar[Stage]
-    STAGE_EVAL_VERIFY_TAGS: _ClassVar[Stage]
-    STAGE_EVAL_EXTENSION: _ClassVar[Stage]
 
 class DType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -58,31 +34,7 @@ class CollaboratorStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 STAGE_UNSPECIFIED: Stage
 STAGE_JOIN: Stage
 STAGE_TRAIN: Stage
-STAGE_ADVERTISE_KEYS: Stage
-STAGE_SHARE_KEYS: Stage
-STAGE_CHECK_SHARES: Stage
-STAGE_MASKED_INPUT: Stage
-STAGE_CONSISTENCY: Stage
-STAGE_UNMASK: Stage
-STAGE_VERIFY_CLAIM: Stage
-STAGE_VERIFY_TAGS: Stage
-STAGE_BOUNDED_AUDITOR_KEY: Stage
-STAGE_BOUNDED_SHARE: Stage
-STAGE_BOUNDED_ROSTERS: Stage
-STAGE_BOUNDED_MESSAGES: Stage
-STAGE_BOUNDED_TOTAL: Stage
-STAGE_BOUNDED_DECIDE: Stage
-STAGE_BOUNDED_VERIFY: Stage
 STAGE_EVALUATE: Stage
-STAGE_EVAL_ADVERTISE_KEYS: Stage
-STAGE_EVAL_SHARE_KEYS: Stage
-STAGE_EVAL_CHECK_SHARES: Stage
-STAGE_EVAL_MASKED_INPUT: Stage
-STAGE_EVAL_CONSISTENCY: Stage
-STAGE_EVAL_UNMASK: Stage
-STAGE_EVAL_VERIFY_CLAIM: Stage
-STAGE_EVAL_VERIFY_TAGS: Stage
-STAGE_EVAL_EXTENSION: Stage
 DTYPE_UNSPECIFIED: DType
 DTYPE_FLOAT32: DType
 DTYPE_FLOAT64: DType
@@ -95,14 +47,16 @@ COLLABORATOR_STATUS_BUDGET_SPENT: CollaboratorStatus
 COLLABORATOR_STATUS_PRIVACY_SPENT_REPORT: CollaboratorStatus
 
 class Binding(_message.Message):
-    __slots__ = ("federation_id", "round", "stage")
+    __slots__ = ("federation_id", "round", "stage", "step")
     FEDERATION_ID_FIELD_NUMBER: _ClassVar[int]
     ROUND_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
     federation_id: str
     round: int
     stage: Stage
-    def __init__(self, federation_id: _Optional[str] = ..., round: _Optional[int] = ..., stage: _Optional[_Union[Stage, str]] = ...) -> None: ...
+    step: int
+    def __init__(self, federation_id: _Optional[str] = ..., round: _Optional[int] = ..., stage: _Optional[_Union[Stage, str]] = ..., step: _Optional[int] = ...) -> None: ...
 
 class Chunk(_message.Message):
     __slots__ = ("index", "count", "total_size", "data")

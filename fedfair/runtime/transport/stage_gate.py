@@ -1,5 +1,9 @@
 """Binding every message to (federation id, round, stage); refusing replays and late messages.
 
+A stage on the wire is a :class:`WireStage`: its aggregation (JOIN, TRAIN, EVALUATE) and its step there, the
+stage's place in its round kind's declaration (0: the aggregation's start). Stages are ordered by (round,
+aggregation, step).
+
 The aggregator opens stages one after another with a :class:`StageGate`. An upload
 is admitted once per peer, only for the stage open now and before its deadline; a
 read (Fetch, DownloadModel) only for the current round and a stage already opened.
@@ -13,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 import grpc
 
@@ -53,18 +57,53 @@ class _Expected:
         return (self.participants is None or peer in self.participants) and peer not in self.submitted
 
 
-def make_binding(federation_id: str, round_number: int, stage: pb.Stage) -> pb.Binding:
+class WireStage(NamedTuple):
+    """A stage as the wire binds it: its aggregation and its step there, ordered as the aggregator opens them.
+
+    aggregation: JOIN, TRAIN or EVALUATE (proto/fedfair.proto's Stage).
+    step: 0 for the aggregation's start (its download), k >= 1 for the k-th stage of its round kind's declaration
+        (fedfair.runtime.contract.Stages names it).
+    """
+
+    aggregation: pb.Stage
+    step: int = 0
+
+    @classmethod
+    def of(cls, binding: pb.Binding) -> WireStage:
+        """The stage `binding` names."""
+        return cls(binding.stage, binding.step)
+
+    @property
+    def known(self) -> bool:
+        """Whether the aggregation is one this schema names (not STAGE_UNSPECIFIED nor an unknown number)."""
+        return self.aggregation != pb.STAGE_UNSPECIFIED and self.aggregation in pb.Stage.values()
+
+    def __str__(self) -> str:
+        """'STAGE_TRAIN' for a start, 'STAGE_TRAIN step 4' for a stage of its round (a contract names it better)."""
+        try:
+            name = pb.Stage.Name(self.aggregation)
+        except ValueError:
+            name = f"stage {self.aggregation}"
+        return f"{name} step {self.step}" if self.step else name
+
+
+JOIN = WireStage(pb.STAGE_JOIN)
+"""Joining: the plan's fetch (round 0), and where a collaborator's task stream starts."""
+TRAIN = WireStage(pb.STAGE_TRAIN)
+"""A training round's start: its model's download and the local steps."""
+EVALUATE = WireStage(pb.STAGE_EVALUATE)
+"""An evaluation's start: the model to evaluate."""
+_NONE = WireStage(pb.STAGE_UNSPECIFIED)
+
+
+def make_binding(federation_id: str, round_number: int, stage: WireStage) -> pb.Binding:
     """The binding of a message to one federation, round and stage."""
-    return pb.Binding(federation_id=federation_id, round=round_number, stage=stage)
+    return pb.Binding(federation_id=federation_id, round=round_number, stage=stage.aggregation, step=stage.step)
 
 
-def describe_binding(binding: pb.Binding) -> str:
-    """For logs: 'round 3 STAGE_MASKED_INPUT' (never a peer's name)."""
-    try:
-        stage = pb.Stage.Name(binding.stage)
-    except ValueError:
-        stage = f"stage {binding.stage}"
-    return f"round {binding.round} {stage}"
+def describe_binding(binding: pb.Binding, name: Callable[[WireStage], str] = str) -> str:
+    """For logs: 'round 3 STAGE_MASKED_INPUT' (never a peer's name), the stage as `name` calls it."""
+    return f"round {binding.round} {name(WireStage.of(binding))}"
 
 
 def _refuse() -> NoReturn:
@@ -77,15 +116,23 @@ class StageGate:
     Thread-safe: gRPC servicer methods run on a thread pool.
     """
 
-    def __init__(self, federation_id: str, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        federation_id: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        name: Callable[[WireStage], str] = str,
+    ) -> None:
         self.federation_id = federation_id
         self._clock = clock
+        self.name = name
+        """What logs call a stage of this federation (its round kinds name them; the wire's numbers without)."""
         self._lock = threading.Lock()
         self._open: pb.Binding | None = None
-        self._last: tuple[int, int] = (0, pb.STAGE_UNSPECIFIED)
+        self._last: tuple[int, WireStage] = (0, _NONE)
         self._deadline: float | None = None
         self._expected = _Expected(None, set())
-        self._closed: dict[tuple[int, int], _Expected] = {}
+        self._closed: dict[tuple[int, WireStage], _Expected] = {}
         """The stages closed in this round and the one before, each with who it still awaited then: their uploads
         are late, not foreign. A stage that closes on enough answers is followed at once by the next ones, so an
         honest participant's answer may come a stage or two on (round r's unmask as the evaluation's keys open)."""
@@ -94,12 +141,14 @@ class StageGate:
     def current(self) -> pb.Binding | None:
         """The open stage's binding, or None when no stage is open."""
         with self._lock:
-            return None if self._open is None else make_binding(self.federation_id, self._open.round, self._open.stage)
+            if self._open is None:
+                return None
+            return make_binding(self.federation_id, self._open.round, WireStage.of(self._open))
 
     def open(
         self,
         round_number: int,
-        stage: pb.Stage,
+        stage: WireStage,
         *,
         timeout_seconds: float | None = None,
         participants: Iterable[str] | None = None,
@@ -109,7 +158,7 @@ class StageGate:
         ``participants`` (if given) are the only peers admitted to upload, e.g. the
         survivors of the previous secure-aggregation stage.
         """
-        if stage == pb.STAGE_UNSPECIFIED or stage not in pb.Stage.values():
+        if not stage.known:
             raise ValueError(f"cannot open stage {stage}")
         with self._lock:
             if (round_number, stage) <= self._last:
@@ -132,7 +181,7 @@ class StageGate:
         aggregator that re-runs a round, without a new process.
         """
         with self._lock:
-            self._last = (round_number, pb.STAGE_UNSPECIFIED)
+            self._last = (round_number, _NONE)
 
     def close(self) -> None:
         """No stage is open: every upload is refused until the next ``open``."""
@@ -166,7 +215,7 @@ class StageGate:
             expired = self._deadline is not None and self._clock() > self._deadline
             if self._open is None or binding != self._open or expired or not self._expected.awaits(peer):
                 if self._late(binding, peer, expired):
-                    raise RefusedError(Refusal.LATE, NOT_EXPECTED, stage=describe_binding(binding))
+                    raise RefusedError(Refusal.LATE, NOT_EXPECTED, stage=describe_binding(binding, self.name))
                 _refuse()
             self._expected.submitted.add(peer)
 
@@ -180,7 +229,7 @@ class StageGate:
             return False
         if binding == self._open:
             return expired and self._expected.awaits(peer)
-        closed = self._closed.get((binding.round, binding.stage))
+        closed = self._closed.get((binding.round, WireStage.of(binding)))
         return closed is not None and closed.awaits(peer)
 
     def release(self, binding: pb.Binding, peer: str) -> None:
@@ -200,8 +249,8 @@ class StageGate:
             if (
                 binding.federation_id != self.federation_id
                 or binding.round != self._last[0]
-                or binding.stage == pb.STAGE_UNSPECIFIED
-                or binding.stage > self._last[1]
+                or not WireStage.of(binding).known
+                or WireStage.of(binding) > self._last[1]
             ):
                 _refuse()
 

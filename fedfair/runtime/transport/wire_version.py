@@ -12,15 +12,16 @@ from __future__ import annotations
 import re
 
 from fedfair.runtime.transport import fedfair_pb2 as pb
-from fedfair.runtime.transport.stage_gate import make_binding
+from fedfair.runtime.transport.stage_gate import JOIN, make_binding
 
-WIRE_VERSION = 2
+WIRE_VERSION = 3
 """The version of proto/fedfair.proto this release speaks.
 
 Raise it on every incompatible change of the schema: a stage, action or status added, removed or renumbered,
 a field renumbered or its meaning changed. tests/runtime/transport/test_wire_version.py pins it beside a
-digest of the Stage enum and fails when one changes without the other. Version 2: STAGE_BOUNDED_VERIFY = 17,
-the evaluation stages at 18-27.
+digest of the Stage enum and the Binding's fields and fails when one changes without the other. Version 2:
+STAGE_BOUNDED_VERIFY = 17, the evaluation stages at 18-27. Version 3: a stage is bound by its aggregation (JOIN,
+TRAIN, EVALUATE = 3) and its step in the round kind's declaration (Binding.step), not a number of its own.
 """
 
 UNVERSIONED = 0
@@ -42,7 +43,7 @@ def describe_version(version: int) -> str:
 
 def plan_request(federation_id: str = "") -> pb.PlanRequest:
     """The GetPlan request of this release: joining `federation_id` ("": whichever the aggregator runs)."""
-    return pb.PlanRequest(binding=make_binding(federation_id, 0, pb.STAGE_JOIN), wire_version=WIRE_VERSION)
+    return pb.PlanRequest(binding=make_binding(federation_id, 0, JOIN), wire_version=WIRE_VERSION)
 
 
 def refusal_details(ours: int, theirs: int) -> str:

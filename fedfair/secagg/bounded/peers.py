@@ -13,18 +13,18 @@ from __future__ import annotations
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.core.errors import AuthenticationError, ProtocolError
+from fedfair.core.errors import AuthenticationError, ProtocolError, VerificationError, VerifyReason
 from fedfair.secagg import keys
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.exchange import AuditorTotal, Commitments, Reveal, Roster, SeedReveal
 from fedfair.secagg.bounded.messages import Exchange, SeedRelay, SignedRoundKey, SiteShare
 from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.parameters import BoundedParameters
-from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord, check_round_evidence
-from fedfair.secagg.bounded.shares import Witness, honest_witness
+from fedfair.secagg.bounded.record import Dispute, RoundFindings, VerdictRecord, check_round_evidence, framing
+from fedfair.secagg.bounded.shares import HelperShare, Witness, honest_witness
 from fedfair.secagg.bounded.total import SignedTags, TagSet, record_digest, sign_tags, verified_total
-from fedfair.secagg.bounded.upload import make_uploads
-from fedfair.secagg.bounded.verifier import Role
+from fedfair.secagg.bounded.upload import LeaderUpload, make_uploads
+from fedfair.secagg.bounded.verifier import Role, Verdict, Verifier
 from fedfair.secagg.bounded.verifying import RoundVerifier
 
 
@@ -47,8 +47,11 @@ class BoundedSite:
         self._identity_key = identity_key
         self._witness = witness
         self._context: BoundedContext | None = None
-        self._share: np.ndarray | None = None
-        """This site's explicit share of its input, as the aggregator holds it: what its tags are of."""
+        self._upload: LeaderUpload | None = None
+        """This site's part for the aggregator, as it sent it: its explicit share is what its tags are of, and the
+        whole part is what it disputes a verdict record with."""
+        self._helper_share: HelperShare | None = None
+        """The auditor's share of this site's input, as the auditor opens it: what its message about this site is of."""
         self._record: tuple[bytes, VerdictRecord, RoundFindings] | None = None
         """The verdict record this site checked (its digest, itself, the findings), once DECIDE took it."""
         self.tagged = False
@@ -63,8 +66,10 @@ class BoundedSite:
         """
         checked = round_key.checked(self.parameters.auditor_key, self.parameters.binding)
         self._context = self.parameters.context(checked)
-        leader, sealed = make_uploads(self._context, self.party, self._identity_key, encoded, self._witness)
-        self._share = leader.share.inputs[: self._context.dimension]
+        leader, sealed, self._helper_share = make_uploads(
+            self._context, self.party, self._identity_key, encoded, self._witness
+        )
+        self._upload = leader
         return SiteShare(leader, sealed)
 
     def check(self, record: VerdictRecord) -> RoundFindings:
@@ -76,7 +81,7 @@ class BoundedSite:
         """
         if self._context is None:
             raise ProtocolError(f"party {self.party} was sent a verdict record before it shared its update")
-        findings = check_round_evidence(self._context, record)
+        findings = check_round_evidence(self._context, record, self.parameters.site_keys)
         self._record = (record_digest(record.to_bytes(self._context)), record, findings)
         return findings
 
@@ -89,12 +94,94 @@ class BoundedSite:
         """
         checked = self._record
         findings = checked[2] if checked is not None and checked[1] is record else self.check(record)
-        assert self._context is not None and self._share is not None and self._record is not None  # set by share
+        assert self._context is not None and self._upload is not None and self._record is not None  # set by share
         if self.party not in findings.accepted:
             raise ProtocolError(f"the verdict record leaves party {self.party}'s update out of the sum")
-        tags = sign_tags(self._context, self._record[0], self.party, self._share, self._identity_key)
+        share = self._upload.share.inputs[: self._context.dimension]
+        tags = sign_tags(self._context, self._record[0], self.party, share, self._identity_key)
         self.tagged = True
         return tags
+
+    def dispute(self) -> Dispute | None:
+        """DECIDE, for a site the checked record excludes: its dispute when the aggregator's message about it is false.
+
+        False: not the one the part this site sent the aggregator gives under the record's query seed
+        (:func:`framing`); the aggregator is then shown to lie whatever the verdict with the true message. None: the
+        aggregator's message is the one the part gives under the record's query seed, a seed the aggregator alone
+        writes there (:meth:`auditor_message_false`).
+
+        Raises:
+            ProtocolError: this site has checked no record this round, or the record does not exclude it (it accepts
+                it, or leaves it out as absent).
+        """
+        record = self._excluding_record()
+        assert self._context is not None and self._upload is not None  # set by share, before any record
+        dispute = Dispute(self._upload)
+        try:
+            framing(self._context, record, dispute, self.parameters.site_keys[self.party])
+        except (AuthenticationError, ProtocolError):
+            return None
+        return dispute
+
+    def auditor_message_false(self) -> bool:
+        """DECIDE, for an excluded site with no :meth:`dispute`: whether the auditor's message about it looks false.
+
+        False: not the one this site's own share for the auditor gives under the record's query seed. Then the auditor
+        framed this site, or the aggregator wrote another query seed in the record than the one both verifiers drew,
+        its own message recomputed under it: nothing the auditor signed binds the seed, so this site cannot tell which
+        of the two lied. It cannot show either to anyone without that share, which with the aggregator's part is its
+        update.
+
+        Raises:
+            ProtocolError: this site has checked no record this round, or the record does not exclude it (it accepts
+                it, or leaves it out as absent).
+        """
+        record = self._excluding_record()
+        assert self._context is not None and self._helper_share is not None  # set by share, before any record
+        layout = self._context.layout(self.party)
+        true = Verifier(layout, Role.HELPER, record.query_seed).receive(self.party, self._helper_share)
+        return true.to_bytes() != record.evidence[self.party].helper_message
+
+    def _excluding_record(self) -> VerdictRecord:
+        """The record this site checked, which leaves it out of the sum (ProtocolError otherwise)."""
+        if self._record is None:
+            raise ProtocolError(f"party {self.party} has checked no verdict record this round")
+        record = self._record[1]
+        if self.party in record.accepted:
+            raise ProtocolError(f"the verdict record accepts party {self.party}: there is nothing to dispute")
+        if self.party not in record.excluded:
+            # Left out as absent: no verifier message about it, so neither verifier can be shown to have lied.
+            raise ProtocolError(
+                f"the verdict record neither accepts nor excludes party {self.party}: it leaves it out as absent, "
+                "with no verifier message to dispute"
+            )
+        return record
+
+    def framings(self, tag_set: TagSet) -> dict[int, Verdict]:
+        """VERIFY: every relayed dispute, checked against the record: disputing site -> its verdict with the true message.
+
+        Any entry shows the aggregator signed a false message about that site (:func:`framing`).
+
+        Raises:
+            VerificationError: MALFORMED, a relayed dispute does not hold (the aggregator relays only those that held
+                at its own check).
+            ProtocolError: this site has checked no verdict record this round.
+        """
+        if self._context is None or self._record is None:
+            raise ProtocolError(f"party {self.party} was sent disputes before it checked a verdict record")
+        record = self._record[1]
+        verdicts = {}
+        for dispute in tag_set.disputes:
+            party = dispute.sender
+            try:
+                verdicts[party] = framing(self._context, record, dispute, self.parameters.site_keys[party])
+            except (AuthenticationError, ProtocolError, KeyError) as error:
+                raise VerificationError(
+                    self._context.round,
+                    VerifyReason.MALFORMED,
+                    f"the aggregator relayed a dispute from party {party} that does not hold: {error}",
+                ) from None
+        return verdicts
 
     @property
     def findings(self) -> RoundFindings | None:
@@ -111,11 +198,21 @@ class BoundedSite:
         """VERIFY: the round's total (signed integers, encoded scale), once the sites' and the auditor's tags check it.
 
         Raises:
-            VerificationError: the total cannot be checked or is not the accepted sites' sum (:func:`verified_total`).
+            VerificationError: the total cannot be checked or is not the accepted sites' sum (:func:`verified_total`);
+                FRAMED, a relayed dispute shows the aggregator framed a site (:meth:`framings`): nothing of the
+                round is applied.
             ProtocolError: this site has checked no verdict record this round.
         """
         if self._context is None or self._record is None:
             raise ProtocolError(f"party {self.party} was sent tags before it checked a verdict record")
+        framed = self.framings(tag_set)
+        if framed:
+            raise VerificationError(
+                self._context.round,
+                VerifyReason.FRAMED,
+                f"the aggregator framed part{'ies' if len(framed) > 1 else 'y'} {', '.join(map(str, sorted(framed)))}: "
+                "its signed verifier message is not the one the site's signed part gives",
+            )
         digest, record, findings = self._record
         return verified_total(
             self._context,

@@ -6,12 +6,14 @@ total it applies, once (checked in VERIFY against the accepted sites' tags and t
 :func:`check_round_evidence` verifies every signature and re-runs the public ``decide`` per party, so a
 site refuses a record whose verdicts do not follow from its evidence (an honest party marked excluded,
 a liar marked accepted) and names who lied: an excluded party, or the verifier whose message fails.
-:func:`settle` re-judges one party from its two revealed parts and its own signature over them.
+A site the record excludes by the aggregator's false message shows it with the part it sent the aggregator alone
+(:class:`Dispute`, :func:`framing`); its update stays hidden (docs/security.md, "Bounded inputs", "A framed site").
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,8 +24,8 @@ from fedfair.pki import identity
 from fedfair.secagg.bounded import field as prime_field
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.exchange import COMMITMENT_BYTES
-from fedfair.secagg.bounded.shares import SEED_BYTES, HelperShare
-from fedfair.secagg.bounded.upload import LeaderUpload, helper_digest, leader_digest, statement
+from fedfair.secagg.bounded.shares import SEED_BYTES
+from fedfair.secagg.bounded.upload import LeaderUpload, check_leader_upload, leader_digest, statement
 from fedfair.secagg.bounded.verifier import Evidence, Role, Verdict, Verifier, VerifierMessage, check_evidence, decide
 from fedfair.secagg.codec import Reader, Writer
 from fedfair.secagg.wire import SIGNATURE_LIMIT
@@ -63,7 +65,7 @@ class VerdictRecord:
         for party in sorted(self.evidence):
             item = self.evidence[party]
             writer.u32(party).blob(item.leader_message).blob(item.leader_signature)
-            writer.blob(item.helper_message).blob(item.helper_signature)
+            writer.blob(item.helper_message).blob(item.helper_signature).blob(item.party_signature)
         writer.blob(self.noise_commitment).blob(np.ascontiguousarray(self.total, dtype="<u8").tobytes())
         return b"fedfair bounded v1 verdict record\x00" + writer.getvalue()
 
@@ -99,7 +101,11 @@ class VerdictRecord:
         for _ in range(reader.u32()):
             party = reader.u32()
             evidence[party] = Evidence(
-                reader.blob(), reader.blob(SIGNATURE_LIMIT), reader.blob(), reader.blob(SIGNATURE_LIMIT)
+                reader.blob(),
+                reader.blob(SIGNATURE_LIMIT),
+                reader.blob(),
+                reader.blob(SIGNATURE_LIMIT),
+                reader.blob(SIGNATURE_LIMIT),
             )
         noise_commitment = reader.blob(COMMITMENT_BYTES)
         total = _elements(reader.blob())
@@ -123,14 +129,19 @@ class RoundFindings:
     liars: dict[int, tuple[str, ...]]
 
 
-def check_round_evidence(context: BoundedContext, record: VerdictRecord) -> RoundFindings:
+def check_round_evidence(
+    context: BoundedContext, record: VerdictRecord, site_keys: Mapping[int, ec.EllipticCurvePublicKey]
+) -> RoundFindings:
     """Check the aggregator's record against its evidence: the verdicts a site can reach on its own.
+
+    ``site_keys``: each party's identity key, which signed the digests of its two parts that the messages name.
 
     Raises:
         AuthenticationError: the record is not signed by the aggregator for this round, or a verifier message
             is not signed by the verifier it is from (the error names it).
-        ProtocolError: a verdict does not follow from its evidence, a party is both accepted and excluded, or
-            a decided party has no evidence (the aggregator's record is false; the error names the party).
+        ProtocolError: a verdict does not follow from its evidence, a party is both accepted and excluded, a
+            decided party has no evidence, or its messages are not of the parts it signed (the aggregator's record is
+            false; the error names the party).
         ProtocolError: the record's total is not d elements.
         VerificationError: BELOW_FLOOR, the record accepts fewer parties than the context's floor (a total of them
             would show their sum, one site's input where it accepts one).
@@ -146,6 +157,7 @@ def check_round_evidence(context: BoundedContext, record: VerdictRecord) -> Roun
     for party in sorted(decided):
         layout = context.layout(party)
         evidence = record.evidence[party]
+        received = []
         for name, data in (("aggregator", evidence.leader_message), ("auditor", evidence.helper_message)):
             try:
                 message = VerifierMessage.from_bytes(layout, data)
@@ -153,6 +165,12 @@ def check_round_evidence(context: BoundedContext, record: VerdictRecord) -> Roun
                 raise ProtocolError(f"the {name}'s message about party {party} is malformed: {error}") from None
             if message.party != party:
                 raise ProtocolError(f"the {name}'s message filed under party {party} is about party {message.party}")
+            received.append(message.received)
+        signed = statement(context, party, *received)
+        if party not in site_keys or not identity.is_valid_signature(
+            site_keys[party], evidence.party_signature, signed
+        ):
+            raise ProtocolError(f"the verifiers' messages about party {party} are not of two parts it signed")
         try:
             verdict = check_evidence(layout, context.digest, evidence, context.aggregator_key, context.auditor_key)
         except ProtocolError as error:
@@ -180,25 +198,66 @@ def _elements(data: bytes) -> np.ndarray:
     return elements
 
 
-def settle(
-    context: BoundedContext,
-    query_seed: bytes,
-    leader_upload: LeaderUpload,
-    helper_share: HelperShare,
-    client_key: ec.EllipticCurvePublicKey,
-) -> Verdict:
-    """Re-judge a disputed party from its two parts, revealed by the verifiers that received them.
+DISPUTE_PREFIX = b"fedfair bounded v1 dispute\x00"
 
-    The party's own signature binds both parts, so a party cannot disown them, and the verdict computed
-    here from them is the one two honest verifiers reach.
+
+@dataclass(frozen=True)
+class Dispute:
+    """An excluded site's answer to a verdict record: the part it sent the aggregator, signed for this round.
+
+    The aggregator's message about a party is a function of that part and the record's query seed alone
+    (:class:`~fedfair.secagg.bounded.verifier.VerifierMessage`), so anyone holding the record and the part can
+    recompute it (:func:`framing`). The aggregator holds the part already, and only the sites are sent it, never the
+    auditor: the part alone is a uniformly random vector; with the seed the auditor holds it is the site's update.
+    """
+
+    upload: LeaderUpload
+
+    @property
+    def sender(self) -> int:
+        """The disputing site (its signature over the part binds it)."""
+        return self.upload.party
+
+    def to_bytes(self) -> bytes:
+        """Canonical bytes: a prefix no signed tags begin with, then the part."""
+        return DISPUTE_PREFIX + self.upload.to_bytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes | memoryview) -> Dispute:
+        """Parse :meth:`to_bytes`; ProtocolError if malformed."""
+        if bytes(data[: len(DISPUTE_PREFIX)]) != DISPUTE_PREFIX:
+            raise ProtocolError("malformed dispute: not a fedfair bounded v1 dispute")
+        return cls(LeaderUpload.from_bytes(bytes(data[len(DISPUTE_PREFIX) :])))
+
+
+def framing(
+    context: BoundedContext, record: VerdictRecord, dispute: Dispute, client_key: ec.EllipticCurvePublicKey
+) -> Verdict:
+    """The aggregator's lie a dispute shows: the verdict the disputing party gets with the aggregator's true message.
+
+    ``record`` must have passed :func:`check_round_evidence`. The dispute holds when the part is the disputing party's
+    (its signature for this round), it is the part the aggregator's signed message names (its digest), and that
+    message is not the one the part gives under the record's query seed: the aggregator signed a false message, and
+    is named whatever the verdict. With the true message and the auditor's, the party's proof is decided again: an
+    accepted verdict clears it (it was framed); a rejected one leaves it a liar as well.
 
     Raises:
-        AuthenticationError: the party did not sign these two parts for this round.
+        AuthenticationError: the part is not signed by the disputing party for this round.
+        ProtocolError: the dispute does not hold: the record does not exclude the party, the part is not the one the
+            aggregator's message is of, or that message is the one the part gives (its own proof failed).
     """
-    party = leader_upload.party
-    signed = statement(context, party, leader_digest(leader_upload.share), helper_digest(helper_share))
-    if not identity.is_valid_signature(client_key, leader_upload.signature, signed):
-        raise AuthenticationError(f"party {party} did not sign these two parts for this round")
+    party = dispute.upload.party
+    if party not in record.excluded or party not in record.evidence:
+        raise ProtocolError(f"party {party} disputes a verdict record that does not exclude it")
+    check_leader_upload(context, dispute.upload, client_key)
     layout = context.layout(party)
-    leader, helper = Verifier(layout, Role.LEADER, query_seed), Verifier(layout, Role.HELPER, query_seed)
-    return decide(layout, leader.receive(party, leader_upload.share), helper.receive(party, helper_share))
+    evidence = record.evidence[party]
+    claimed = VerifierMessage.from_bytes(layout, evidence.leader_message)
+    if claimed.received != leader_digest(dispute.upload.share):
+        raise ProtocolError(f"party {party}'s disputed part is not the one the aggregator's message about it is of")
+    true = Verifier(layout, Role.LEADER, record.query_seed).receive(party, dispute.upload.share)
+    if true.to_bytes() == evidence.leader_message:
+        raise ProtocolError(
+            f"the aggregator's message about party {party} is the one its part gives: its own proof failed"
+        )
+    return decide(layout, true, VerifierMessage.from_bytes(layout, evidence.helper_message))

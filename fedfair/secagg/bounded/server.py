@@ -22,8 +22,9 @@ from fedfair.secagg.bounded.exchange import AuditorTotal, Commitments, Reveal, R
 from fedfair.secagg.bounded.messages import Encoded, Exchange, SeedRelay, ShareOpening, SignedRoundKey, SiteShare
 from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.parameters import BoundedParameters, round_parameters
+from fedfair.secagg.bounded.record import Dispute, VerdictRecord, framing
 from fedfair.secagg.bounded.total import SignedTags, TagSet, record_digest, tags_add_up
-from fedfair.secagg.bounded.upload import SealedSeed
+from fedfair.secagg.bounded.upload import SealedSeed, leader_digest
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import BoundedSum, RoundVerifier
 from fedfair.secagg.codec import Writer
@@ -83,9 +84,11 @@ class BoundedServer:
         self._seeds: list[SealedSeed] = []
         self._reveal: Reveal | None = None
         self._record = b""
+        self._verdict_record: VerdictRecord | None = None
         self._total = np.zeros(0, np.uint64)
         self._result: BoundedSum | None = None
         self._tags: dict[int, SignedTags] = {}
+        self._disputes: dict[int, Dispute] = {}
 
     @classmethod
     def for_round(cls, config: SecAggConfig, setup: RoundSetup) -> BoundedServer:
@@ -131,9 +134,17 @@ class BoundedServer:
         return Opening(self.parameters.sites, ShareOpening(self._public, self._round_key))
 
     def receive_share(self, share: SiteShare) -> None:
-        """SHARE: take a site's part (refused: ProtocolError or AuthenticationError) and keep its seed to relay."""
+        """SHARE: take a site's part (refused: ProtocolError or AuthenticationError) and keep its seed to relay.
+
+        Both parts must carry the one signature, over the aggregator's part's digest and the auditor's: a site that
+        signed its parts apart could show a dispute of another part than the one it sent (:mod:`.record`).
+        """
         if share.sealed.party != share.leader.party:
             raise ProtocolError(f"party {share.leader.party} sent the auditor's part of another party")
+        if share.sealed.signature != share.leader.signature or share.sealed.leader_digest != leader_digest(
+            share.leader.share
+        ):
+            raise ProtocolError(f"party {share.leader.party} signed its two parts apart: one signature binds both")
         self._leader.receive_upload(share.leader)
         self._seeds.append(share.sealed)
 
@@ -178,16 +189,29 @@ class BoundedServer:
         if self._result is None:
             raise ProtocolError("the auditor's total has not arrived: no site decides on a round without its sum")
         record = self._leader.record()
+        self._verdict_record = record
         self._record, self._total = record.to_bytes(self.context), record.total
         return Opening((*self._leader.present, AUDITOR), Encoded(self._record))
 
-    def receive_tags(self, tags: SignedTags) -> None:
-        """DECIDE: an accepted site's signed tags of its share, or the auditor's of its total.
+    def receive_tags(self, tags: SignedTags | Dispute) -> None:
+        """DECIDE: an accepted site's signed tags of its share, the auditor's of its total, or an excluded site's dispute.
+
+        A dispute that holds (:func:`~fedfair.secagg.bounded.record.framing`: this aggregator's own message about the
+        site was not the one its part gives) is kept for VERIFY, where every accepted site is sent it, and the site is
+        no culprit.
 
         Raises:
-            ProtocolError: the tags are from a party outside the sum, or sent twice.
+            ProtocolError: the tags are from a party outside the sum, or sent twice; the dispute does not hold.
             AuthenticationError: they are not signed by their maker over this round's record.
         """
+        if isinstance(tags, Dispute):
+            assert self._verdict_record is not None  # DECIDE opens with the record
+            party = tags.sender
+            if party not in self.parameters.site_keys or party in self._disputes:
+                raise ProtocolError(f"party {party} is not a site of this round, or sent its dispute twice")
+            framing(self.context, self._verdict_record, tags, self.parameters.site_keys[party])
+            self._disputes[party] = tags
+            return
         if tags.party not in (*self.outcome.accepted, AUDITOR) or tags.party in self._tags:
             raise ProtocolError(f"party {tags.party} is not in the bounded sum, or sent its tags twice")
         key = self.parameters.auditor_key if tags.party == AUDITOR else self.parameters.site_keys[tags.party]
@@ -217,13 +241,31 @@ class BoundedServer:
             )
         return None
 
+    def framed(self) -> str | None:
+        """Why the round is void once VERIFY is over: an excluded site's dispute held.
+
+        This aggregator's own signed message about the site was false (a fault of its own, or a hostile aggregator's);
+        every accepted site was shown the dispute and refuses the round, and the site is no culprit (:attr:`culprits`).
+        """
+        if not self._disputes:
+            return None
+        names = ", ".join(self._names.get(party, f"party {party}") for party in sorted(self._disputes))
+        return (
+            f"{names} showed, with the part it sent, that this aggregator's signed verifier message about it was not "
+            "the one the part gives: the verdict record framed it, every site refuses the round, and it is not excluded"
+        )
+
     def tag_set(self) -> Opening:
-        """Open VERIFY: every site that tagged is sent the tags and this verifier's noise key.
+        """Open VERIFY: every site that tagged is sent the tags, this verifier's noise key and the disputes that held.
 
         The tags are every accepted site's and the auditor's; the auditor, which tagged already, is sent nothing, so
-        it never learns the key.
+        it never learns the key, nor a disputed part (with the auditor's seed, a site's update).
         """
-        tags = TagSet(tuple(self._tags[party] for party in sorted(self._tags)), self._leader.noise_key)
+        tags = TagSet(
+            tuple(self._tags[party] for party in sorted(self._tags)),
+            self._leader.noise_key,
+            tuple(self._disputes[party] for party in sorted(self._disputes)),
+        )
         return Opening(tuple(party for party in sorted(self._tags) if party != AUDITOR), tags)
 
     @property
@@ -260,14 +302,14 @@ class BoundedServer:
 
     @property
     def culprits(self) -> dict[int, str]:
-        """Site -> why its proof failed (the sites left out of the sum for it)."""
+        """Site -> why its proof failed (the sites left out of the sum for it), but a site whose dispute held."""
         verifier = self._verifier
         if verifier is None:
             return {}
         return {
             party: "; ".join(verdict.reasons)
             for party, verdict in sorted(verifier.verdicts.items())
-            if not verdict.accepted
+            if not verdict.accepted and party not in self._disputes
         }
 
     @property

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import ProtocolError
 from fedfair.pki.identity import generate_identity_key
@@ -58,6 +59,7 @@ class BoundedTrace:
     refusals: per site, why it refused the record (DECIDE) or the total (VERIFY); such a site applies nothing. Under
         :data:`AUDITOR`, why the auditor withheld its tags of the record.
     withheld: why an aggregator runtime would have voided the round rather than relay the tags (None: it relays).
+    site_keys: each site's identity key, which a check of the record needs (:func:`check_round_evidence`).
     """
 
     result: BoundedSum
@@ -76,6 +78,7 @@ class BoundedTrace:
     totals: dict[int, np.ndarray] = field(default_factory=dict)
     refusals: dict[int, ProtocolError] = field(default_factory=dict)
     withheld: str | None = None
+    site_keys: dict[int, ec.EllipticCurvePublicKey] = field(default_factory=dict)
 
     @classmethod
     def of(cls, trace: RoundTrace, cast: Cast, faults: BoundedFaults, relayed_seed_bytes: int) -> BoundedTrace:
@@ -120,6 +123,7 @@ class BoundedTrace:
             {party: total for party, total in trace.verdicts.items() if party in sites},
             refusals,
             None if faults.forged_record is not None else trace.withheld.get(decide),
+            dict(server.parameters.site_keys),
         )
 
 

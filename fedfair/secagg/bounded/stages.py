@@ -28,7 +28,7 @@ from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.peers import bounded_peer
 from fedfair.secagg.bounded.record import VerdictRecord
 from fedfair.secagg.bounded.server import BoundedServer
-from fedfair.secagg.bounded.total import CHALLENGE_ROWS, SignedTags, TagSet
+from fedfair.secagg.bounded.total import CHALLENGE_ROWS, TagSet, decide_upload
 from fedfair.secagg.bounded.verifying import BoundedSum
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.round import (
@@ -65,11 +65,11 @@ class BoundedStage(enum.IntEnum):
     DECIDE = 6
     """Each present site and the auditor are sent the signed verdict record, which commits the total. Each present
     site checks it (refusing, it stops); each accepted one uploads its signed tags of its share under the challenge
-    drawn from the record, and the auditor, once the record accepts the sites its total covers, its signed tags of
-    that total."""
+    drawn from the record, an excluded one the aggregator framed its dispute, and the auditor, once the record accepts
+    the sites its total covers, its signed tags of that total."""
     VERIFY = 7
-    """Each accepted site is sent every accepted site's tags and the auditor's: it accepts the total only if they
-    check it."""
+    """Each accepted site is sent every accepted site's tags and the auditor's, and the disputes that held: it refuses
+    the round if a dispute holds, and accepts the total only if the tags check it."""
 
 
 WITNESS_ROOM = 1 << 14
@@ -77,9 +77,14 @@ WITNESS_ROOM = 1 << 14
 them near 64 tests of at most 30 bits) and the proof's seeds and polynomial points (layout.DEFAULT_POINTS)."""
 
 
+def part_bytes(dimension: int) -> int:
+    """The most a site's two parts take at d = `dimension`: x, its witness bits, a proof, the sealed seed, framing."""
+    return MESSAGE_OVERHEAD_BYTES + field.ELEMENT_BYTES * (2 * dimension + WITNESS_ROOM)
+
+
 def share_upload(config: SecAggConfig) -> int:
-    """The largest SHARE upload: x and its witness bits, a proof of under d elements, the sealed seed, overhead."""
-    return MESSAGE_OVERHEAD_BYTES + field.ELEMENT_BYTES * (2 * config.dimension + WITNESS_ROOM)
+    """The largest SHARE upload: a site's two parts (:func:`part_bytes`)."""
+    return part_bytes(config.dimension)
 
 
 def messages_upload(config: SecAggConfig) -> int:
@@ -102,9 +107,9 @@ def _tag_set(server: BoundedServer, _result: BoundedSum) -> Opening:
     return server.tag_set()
 
 
-def tags_upload(config: SecAggConfig) -> int:
-    """The largest DECIDE upload: a site's id or the auditor's, its tags and its signature."""
-    return MESSAGE_OVERHEAD_BYTES + field.ELEMENT_BYTES * CHALLENGE_ROWS
+def decide_upload_bytes(config: SecAggConfig) -> int:
+    """The largest DECIDE upload: a party's tags, or an excluded site's dispute (its SHARE part again)."""
+    return max(MESSAGE_OVERHEAD_BYTES + field.ELEMENT_BYTES * CHALLENGE_ROWS, part_bytes(config.dimension))
 
 
 def record_input(sites: int, words: int) -> int:
@@ -113,8 +118,8 @@ def record_input(sites: int, words: int) -> int:
 
 
 def auditor_tags_input(sites: int, words: int) -> int:
-    """The largest VERIFY input: every accepted site's tags, and the auditor's."""
-    return roster_input(sites + 1, words)
+    """The largest VERIFY input: every accepted site's tags and the auditor's, and at most a dispute per site."""
+    return roster_input(sites + 1, words) + sites * part_bytes(words)
 
 
 def record_bytes(sites: int, dimension: int) -> int:
@@ -206,10 +211,10 @@ BOUNDED_ROUND = register_round_kind(
                 "verdicts on the evaluation verdict record",
                 received=VerdictRecord.from_bytes,
                 step=lambda peer, record, _own: peer.decide(record),
-                upload=SignedTags.from_bytes,
+                upload=decide_upload,
                 receive=BoundedServer.receive_tags,
                 close=None,
-                upload_bytes=tags_upload,
+                upload_bytes=decide_upload_bytes,
                 input_bytes=record_input,
                 unready="no bounded share was sent this round",
                 withheld=BoundedServer.tags_withheld,
@@ -230,6 +235,7 @@ BOUNDED_ROUND = register_round_kind(
                 upload_bytes=small_upload,
                 input_bytes=auditor_tags_input,
                 unready="no bounded share was sent this round",
+                withheld=BoundedServer.framed,
             ),
         ),
         server=BoundedServer.for_round,

@@ -28,6 +28,7 @@ from fedfair.secagg import noise
 from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.exchange import AUDITOR
+from fedfair.secagg.bounded.record import DISPUTE_PREFIX, Dispute
 from fedfair.secagg.codec import Reader, Writer
 from fedfair.secagg.wire import SIGNATURE_LIMIT
 
@@ -137,22 +138,29 @@ def sign_tags(
 
 @dataclass(frozen=True)
 class TagSet:
-    """Every accepted site's signed tags and the auditor's, as the aggregator relays them in VERIFY, and its noise key.
+    """What the aggregator relays in VERIFY: the accepted sites' and the auditor's tags, its noise key, the disputes.
 
     tags: in increasing party order, so the auditor's last.
     noise_key: the key the aggregator's noise was drawn from (:func:`verifier_noise`), revealed to the sites only once
         the auditor tagged: the auditor never learns it, so it cannot take that noise off the total.
+    disputes: each excluded site's :class:`~fedfair.secagg.bounded.record.Dispute` that held at the aggregator's own
+        check, in increasing party order: a site checks each (:func:`~fedfair.secagg.bounded.record.framing`) before
+        it names anyone a liar.
     """
 
     tags: tuple[SignedTags, ...]
     noise_key: bytes
+    disputes: tuple[Dispute, ...] = ()
 
     def to_bytes(self) -> bytes:
         """Canonical bytes."""
         writer = Writer().u32(len(self.tags))
         for item in self.tags:
             writer.blob(item.to_bytes())
-        return writer.blob(self.noise_key).getvalue()
+        writer.blob(self.noise_key).u32(len(self.disputes))
+        for dispute in self.disputes:
+            writer.blob(dispute.to_bytes())
+        return writer.getvalue()
 
     @classmethod
     def from_bytes(cls, data: bytes | memoryview) -> TagSet:
@@ -160,8 +168,16 @@ class TagSet:
         reader = Reader(data)
         tags = tuple(SignedTags.from_bytes(reader.blob()) for _ in range(reader.u32()))
         noise_key = reader.blob(NOISE_KEY_BYTES)
+        disputes = tuple(Dispute.from_bytes(reader.blob()) for _ in range(reader.u32()))
         reader.finish()
-        return cls(tags, noise_key)
+        return cls(tags, noise_key, disputes)
+
+
+def decide_upload(data: bytes | memoryview) -> SignedTags | Dispute:
+    """Parse a DECIDE upload: an accepted site's or the auditor's signed tags, or an excluded site's dispute."""
+    if bytes(data[: len(DISPUTE_PREFIX)]) == DISPUTE_PREFIX:
+        return Dispute.from_bytes(data)
+    return SignedTags.from_bytes(data)
 
 
 def tags_add_up(digest: bytes, total: np.ndarray, tags: Mapping[int, SignedTags]) -> bool:

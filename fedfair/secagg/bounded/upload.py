@@ -6,7 +6,7 @@ A party makes one report (:func:`~fedfair.secagg.bounded.shares.make_report`) an
 the context's digest, AES-256-GCM: :mod:`fedfair.secagg.keys`, as the pairwise shares are sealed), so the
 aggregator that relays it cannot read it. The party signs, with its identity key, the context and the
 digests of both parts' plaintexts; each part carries the other's digest, so each verifier checks the
-signature on its own, and a disputed verdict is settled by revealing the two parts (:mod:`.record`).
+signature on its own, and a site framed by the aggregator shows it with the aggregator's part alone (:mod:`.record`).
 """
 
 from __future__ import annotations
@@ -132,8 +132,10 @@ def make_uploads(
     identity_key: ec.EllipticCurvePrivateKey,
     encoded: np.ndarray,
     witness: Witness = honest_witness,
-) -> tuple[LeaderUpload, SealedSeed]:
-    """``party``'s two SHARE uploads for its ``encoded`` update (signed integers, within its bound).
+) -> tuple[LeaderUpload, SealedSeed, HelperShare]:
+    """``party``'s two SHARE uploads for its ``encoded`` update (signed integers, within its bound), and its share.
+
+    The share is the auditor's as the auditor opens it: the party keeps it to check the auditor's message about it.
 
     ``witness`` is the honest one but for tests, which hand in a liar's.
 
@@ -151,6 +153,7 @@ def make_uploads(
     return (
         LeaderUpload(party, leader_share, digests[1], signature),
         SealedSeed(party, ephemeral_public, sealed, digests[0], signature),
+        helper_share,
     )
 
 

@@ -23,6 +23,7 @@ from fedfair.core.errors import ProtocolError
 from fedfair.pki import identity
 from fedfair.secagg.bounded import field, flp
 from fedfair.secagg.bounded.layout import QUERIES, Layout
+from fedfair.secagg.bounded.upload import DIGEST_BYTES, helper_digest, leader_digest
 from fedfair.secagg.bounded.shares import (
     SEED_BYTES,
     HelperShare,
@@ -47,21 +48,28 @@ class Role(enum.Enum):
 
 @dataclass(frozen=True)
 class VerifierMessage:
-    """One verifier's message about one party's report (what it signs and sends to the other verifier)."""
+    """One verifier's message about one party's report (what it signs and sends to the other verifier).
+
+    received: the digest of the part this verifier received, as the party signed it
+    (:func:`~fedfair.secagg.bounded.upload.leader_digest` or :func:`~fedfair.secagg.bounded.upload.helper_digest`):
+    the message is a function of that part and the round's query seed alone, so a party that shows the part with this
+    digest shows what the message should have been (:func:`~fedfair.secagg.bounded.record.framing`).
+    """
 
     party: int
+    received: bytes
     own_parts: Parts
     claimed_peer_parts: Parts
     share: flp.VerifierShare
 
     def to_bytes(self) -> bytes:
-        """The message's canonical bytes: party, four parts, then the share's elements (little-endian)."""
+        """The message's canonical bytes: party, the received part's digest, four parts, then the share's elements."""
         elements = np.concatenate(
             [self.share.outputs, self.share.wire_values.reshape(-1), self.share.polynomial_values]
         ).astype("<u8")
         parts = self.own_parts.tests + self.own_parts.witness
         parts += self.claimed_peer_parts.tests + self.claimed_peer_parts.witness
-        return _HEADER.pack(self.party) + parts + elements.tobytes()
+        return _HEADER.pack(self.party) + self.received + parts + elements.tobytes()
 
     def commitment(self) -> bytes:
         """SHA-256 of the message: sent before the message, so neither verifier can fit its message to the other's."""
@@ -75,21 +83,21 @@ class VerifierMessage:
             ProtocolError: the length is not the layout's, or an element is not below p.
         """
         outputs, wires = layout.outputs, QUERIES * 2 * layout.chunk
-        header = _HEADER.size + 4 * SEED_BYTES
+        start = _HEADER.size + DIGEST_BYTES
+        header = start + 4 * SEED_BYTES
         if len(data) != header + (outputs + wires + QUERIES) * field.ELEMENT_BYTES:
             raise ProtocolError(f"a verifier message of {len(data)} bytes does not match the round's layout")
         elements = np.frombuffer(data, dtype="<u8", offset=header).astype(np.uint64)
         if np.any(elements >= np.uint64(field.P)):
             raise ProtocolError("a verifier message holds a value that is not a field element")
-        parts = [
-            data[_HEADER.size + index * SEED_BYTES : _HEADER.size + (index + 1) * SEED_BYTES] for index in range(4)
-        ]
+        parts = [data[start + index * SEED_BYTES : start + (index + 1) * SEED_BYTES] for index in range(4)]
         share = flp.VerifierShare(
             elements[:outputs],
             elements[outputs : outputs + wires].reshape(QUERIES, -1),
             elements[outputs + wires :],
         )
-        return cls(_HEADER.unpack_from(data)[0], Parts(*parts[:2]), Parts(*parts[2:]), share)
+        received = bytes(data[_HEADER.size : start])
+        return cls(_HEADER.unpack_from(data)[0], received, Parts(*parts[:2]), Parts(*parts[2:]), share)
 
 
 @dataclass(frozen=True)
@@ -103,12 +111,18 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Evidence:
-    """Both verifiers' signed messages about one party: what a site checks before it believes a verdict."""
+    """Both verifiers' signed messages about one party: what a site checks before it believes a verdict.
+
+    party_signature: the party's own signature over the digests of its two parts
+    (:func:`~fedfair.secagg.bounded.upload.statement`), which each message names as the part it is of: neither verifier
+    can file a message under a part the party never sent.
+    """
 
     leader_message: bytes
     leader_signature: bytes
     helper_message: bytes
     helper_signature: bytes
+    party_signature: bytes
 
 
 def decide(layout: Layout, leader: VerifierMessage, helper: VerifierMessage) -> Verdict:
@@ -196,9 +210,11 @@ class Verifier:
                 leader_part(share.blind, b"tests", inputs[:dimension]),
                 leader_part(share.blind, b"witness", inputs[dimension:]),
             )
+            received = leader_digest(share)
         elif isinstance(share, HelperShare) and self.role is Role.HELPER:
             inputs, proof = helper_expansion(self.layout, share.seed)
             own = seed_parts(share.seed)
+            received = helper_digest(share)
         else:
             raise ProtocolError(f"party {party} sent the {self.role.value} a share meant for the other verifier")
         leader_parts, helper_parts = (own, share.peer_parts) if self.role is Role.LEADER else (share.peer_parts, own)
@@ -211,7 +227,11 @@ class Verifier:
             self._query_points,
         )
         message = VerifierMessage(
-            party, own, share.peer_parts, flp.query(layout, inputs, proof, randomness, self.role is Role.LEADER)
+            party,
+            received,
+            own,
+            share.peer_parts,
+            flp.query(layout, inputs, proof, randomness, self.role is Role.LEADER),
         )
         self._pending[party] = (inputs[: layout.dimension], message)
         return message

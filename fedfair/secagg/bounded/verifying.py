@@ -90,6 +90,8 @@ class RoundVerifier:
         self._auditor_cipher = auditor_cipher
         self._noise_key = os.urandom(32) if noise_key is None else noise_key
         self._shares: dict[int, LeaderShare | HelperShare] = {}
+        self._signed_parts: dict[int, tuple[bytes, bytes]] = {}
+        """Party -> its signature over both parts' digests, and the digest it signed for the other verifier's part."""
         self._seed_half = os.urandom(SEED_BYTES)
         self._roster: Roster | None = None
         """This verifier's roster, once it closed the uploads."""
@@ -127,8 +129,10 @@ class RoundVerifier:
             check_leader_upload(self.context, upload, self._client_keys[party])
             _check_shape(self.context, upload)
             self._shares[party] = upload.share
+            self._signed_parts[party] = (upload.signature, upload.helper_digest)
         elif isinstance(upload, SealedSeed) and self._auditor_cipher is not None:
             self._shares[party] = open_seed(self.context, upload, self._auditor_cipher, self._client_keys[party])
+            self._signed_parts[party] = (upload.signature, upload.leader_digest)
         else:
             raise ProtocolError(f"party {party} sent the {self.role.value} the other verifier's part")
 
@@ -224,6 +228,10 @@ class RoundVerifier:
                     f"the {peer_name}'s message about party {party} is not signed by the {peer_name}"
                 )
             message = VerifierMessage.from_bytes(self.context.layout(party), data)
+            if message.received != self._signed_parts[party][1]:
+                raise ProtocolError(
+                    f"the {peer_name}'s message about party {party} is not of the part party {party} signed for it"
+                )
             if not self._verifier(party).committed_to(party, message):
                 raise ProtocolError(f"the {peer_name}'s message about party {party} is not the one it committed to")
             parsed[party] = (message, data, signature)
@@ -231,7 +239,7 @@ class RoundVerifier:
             self.verdicts[party] = self._verifier(party).conclude(party, message)
             own = signed[party]
             leader, helper = (own, (data, signature)) if self.role is Role.LEADER else ((data, signature), own)
-            self.evidence[party] = Evidence(*leader, *helper)
+            self.evidence[party] = Evidence(*leader, *helper, self._signed_parts[party][0])
         self._decided = True
         return dict(self.verdicts)
 

@@ -15,9 +15,11 @@ from fedfair.core.errors import Refusal, RefusedError
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.stages import StageProgress, error_summary
 from fedfair.runtime.transport import INLINE_INPUT_BYTES, make_binding, pb
+from fedfair.runtime.transport import WireStage
+from tests.runtime.wire_stages import WIRE
 
 NAMES = ("site-a", "site-b", "site-c")
-ADVERTISE = make_binding("f", 1, pb.STAGE_ADVERTISE_KEYS)
+ADVERTISE = make_binding("f", 1, WIRE["STAGE_ADVERTISE_KEYS"])
 SETTLES_IN = 5.0  # seconds a settled stage may take to notice (it is woken at once; this is only a bound)
 STILL_WAITING = 0.2  # seconds a stage that must not settle is given to (wrongly) do so
 
@@ -44,7 +46,7 @@ def board_with_stage(handler: Callable[[str, bytes], None], *, ready: Callable[[
     """Round 1's ADVERTISE_KEYS open for three connected peers, with a deadline far beyond the test."""
     board = Board("digest")
     for name in NAMES:
-        board.connect(name, make_binding("f", 0, pb.STAGE_JOIN))
+        board.connect(name, make_binding("f", 0, WIRE["STAGE_JOIN"]))
     board.new_round(1)
     board.open_stage(ADVERTISE, NAMES, b"in", handler, max_upload_bytes=1 << 16, timeout=600.0, ready=ready)
     return board
@@ -134,7 +136,7 @@ def test_an_upload_outside_the_open_stage_is_not_a_refusal(certificate: bytes) -
     board = board_with_stage(certificate_handler([]))
     waiter = waiting(board)
     with pytest.raises(RefusedError) as refused:
-        board.deliver("site-c", make_binding("f", 1, pb.STAGE_SHARE_KEYS), certificate)
+        board.deliver("site-c", make_binding("f", 1, WIRE["STAGE_SHARE_KEYS"]), certificate)
     assert refused.value.reason is Refusal.NOT_EXPECTED
     board.deliver("site-a", ADVERTISE, certificate)
     board.deliver("site-b", ADVERTISE, certificate)
@@ -162,12 +164,12 @@ def stream(board: Board, peer: str, after: pb.Binding, active: Callable[[], bool
 
 
 def positions(tasks: Iterable[pb.Task]) -> list[tuple[int, int]]:
-    return [(task.binding.round, task.binding.stage) for task in tasks]
+    return [(task.binding.round, WireStage.of(task.binding)) for task in tasks]
 
 
 def test_each_peer_s_task_carries_its_own_small_input_and_announces_a_large_one() -> None:
     board = Board("digest")
-    starts = {name: board.connect(name, make_binding("f", 0, pb.STAGE_JOIN)) for name in ("site-a", "site-b")}
+    starts = {name: board.connect(name, make_binding("f", 0, WIRE["STAGE_JOIN"])) for name in ("site-a", "site-b")}
     board.new_round(1)
     large = bytes(INLINE_INPUT_BYTES + 1)
     inputs = {"site-a": b"a's shares", "site-b": large}
@@ -186,30 +188,30 @@ def test_a_resumed_aggregator_re_runs_the_round_its_predecessor_died_in() -> Non
     resumed one re-runs round 3 from its checkpoint, and its tasks reach the collaborator."""
     board = Board("digest")
     board.new_round(3)
-    for stage in (pb.STAGE_TRAIN, pb.STAGE_ADVERTISE_KEYS):
+    for stage in (WIRE["STAGE_TRAIN"], WIRE["STAGE_ADVERTISE_KEYS"]):
         board.publish(["site-a"], make_binding("f", 3, stage), pb.ACTION_RUN)
-    board.finish(make_binding("f", 3, pb.STAGE_EVAL_UNMASK))
-    seen_by_the_dead_process = make_binding("f", 3, pb.STAGE_MASKED_INPUT)
+    board.finish(make_binding("f", 3, WIRE["STAGE_EVAL_UNMASK"]))
+    seen_by_the_dead_process = make_binding("f", 3, WIRE["STAGE_MASKED_INPUT"])
     tasks = list(stream(board, "site-a", seen_by_the_dead_process))
-    assert positions(tasks[:-1]) == [(3, pb.STAGE_TRAIN), (3, pb.STAGE_ADVERTISE_KEYS)]
+    assert positions(tasks[:-1]) == [(3, WIRE["STAGE_TRAIN"]), (3, WIRE["STAGE_ADVERTISE_KEYS"])]
     assert tasks[-1].action == pb.ACTION_FINISHED
 
 
 def test_a_reconnecting_stream_skips_only_what_this_board_delivered() -> None:
     board = Board("digest")
     board.new_round(2)
-    for stage in (pb.STAGE_TRAIN, pb.STAGE_ADVERTISE_KEYS):
+    for stage in (WIRE["STAGE_TRAIN"], WIRE["STAGE_ADVERTISE_KEYS"]):
         board.publish(["site-a"], make_binding("f", 2, stage), pb.ACTION_RUN)
-    first = stream(board, "site-a", make_binding("f", 2, pb.STAGE_JOIN))
-    assert positions([next(first), next(first)]) == [(2, pb.STAGE_TRAIN), (2, pb.STAGE_ADVERTISE_KEYS)]
+    first = stream(board, "site-a", make_binding("f", 2, WIRE["STAGE_JOIN"]))
+    assert positions([next(first), next(first)]) == [(2, WIRE["STAGE_TRAIN"]), (2, WIRE["STAGE_ADVERTISE_KEYS"])]
     first.close()  # the connection drops while site-a works on ADVERTISE_KEYS
-    board.publish(["site-a"], make_binding("f", 2, pb.STAGE_SHARE_KEYS), pb.ACTION_RUN)
+    board.publish(["site-a"], make_binding("f", 2, WIRE["STAGE_SHARE_KEYS"]), pb.ACTION_RUN)
     # It finished TRAIN only: ADVERTISE_KEYS comes again, TRAIN does not.
-    second = stream(board, "site-a", make_binding("f", 2, pb.STAGE_TRAIN))
-    assert positions([next(second), next(second)]) == [(2, pb.STAGE_ADVERTISE_KEYS), (2, pb.STAGE_SHARE_KEYS)]
+    second = stream(board, "site-a", make_binding("f", 2, WIRE["STAGE_TRAIN"]))
+    assert positions([next(second), next(second)]) == [(2, WIRE["STAGE_ADVERTISE_KEYS"]), (2, WIRE["STAGE_SHARE_KEYS"])]
     second.close()
-    board.finish(make_binding("f", 2, pb.STAGE_EVAL_UNMASK))
-    third = list(stream(board, "site-a", make_binding("f", 2, pb.STAGE_SHARE_KEYS)))
+    board.finish(make_binding("f", 2, WIRE["STAGE_EVAL_UNMASK"]))
+    third = list(stream(board, "site-a", make_binding("f", 2, WIRE["STAGE_SHARE_KEYS"])))
     assert [task.action for task in third] == [pb.ACTION_FINISHED]  # nothing it already handled
 
 
@@ -218,13 +220,13 @@ def test_a_restarted_collaborator_process_still_sits_out_the_round_in_progress()
     process (after = JOIN of round 0) has no state for round 5 and sits it out, as before."""
     board = Board("digest")
     board.new_round(5)
-    board.publish(["site-a"], make_binding("f", 5, pb.STAGE_TRAIN), pb.ACTION_RUN)
-    dead = stream(board, "site-a", make_binding("f", 5, pb.STAGE_JOIN))
-    assert positions([next(dead)]) == [(5, pb.STAGE_TRAIN)]
+    board.publish(["site-a"], make_binding("f", 5, WIRE["STAGE_TRAIN"]), pb.ACTION_RUN)
+    dead = stream(board, "site-a", make_binding("f", 5, WIRE["STAGE_JOIN"]))
+    assert positions([next(dead)]) == [(5, WIRE["STAGE_TRAIN"])]
     dead.close()
-    board.publish(["site-a"], make_binding("f", 5, pb.STAGE_ADVERTISE_KEYS), pb.ACTION_RUN)
-    board.finish(make_binding("f", 5, pb.STAGE_EVAL_UNMASK))
-    fresh = list(stream(board, "site-a", make_binding("f", 0, pb.STAGE_JOIN)))
+    board.publish(["site-a"], make_binding("f", 5, WIRE["STAGE_ADVERTISE_KEYS"]), pb.ACTION_RUN)
+    board.finish(make_binding("f", 5, WIRE["STAGE_EVAL_UNMASK"]))
+    fresh = list(stream(board, "site-a", make_binding("f", 0, WIRE["STAGE_JOIN"])))
     assert [task.action for task in fresh] == [pb.ACTION_FINISHED]
 
 
@@ -234,12 +236,12 @@ def test_a_stream_that_connected_before_the_round_began_takes_part_in_it() -> No
     runs on. Its start was fixed as it connected, so it gets round 4's tasks: it is a participant,
     and a stream judging the round only now would leave round 4 waiting for it until the deadline."""
     board = Board("digest")
-    start = board.connect("site-a", make_binding("f", 3, pb.STAGE_UNMASK))
+    start = board.connect("site-a", make_binding("f", 3, WIRE["STAGE_UNMASK"]))
     board.new_round(4)  # the driver, woken by the connection
-    board.publish(["site-a"], make_binding("f", 4, pb.STAGE_TRAIN), pb.ACTION_RUN)
-    board.finish(make_binding("f", 4, pb.STAGE_EVAL_UNMASK))
+    board.publish(["site-a"], make_binding("f", 4, WIRE["STAGE_TRAIN"]), pb.ACTION_RUN)
+    board.finish(make_binding("f", 4, WIRE["STAGE_EVAL_UNMASK"]))
     tasks = list(board.stream_tasks("site-a", start, lambda: True))
-    assert positions(tasks[:-1]) == [(4, pb.STAGE_TRAIN)] and tasks[-1].action == pb.ACTION_FINISHED
+    assert positions(tasks[:-1]) == [(4, WIRE["STAGE_TRAIN"])] and tasks[-1].action == pb.ACTION_FINISHED
 
 
 def test_a_waiting_stream_ends_as_soon_as_its_rpc_does() -> None:
@@ -251,7 +253,9 @@ def test_a_waiting_stream_ends_as_soon_as_its_rpc_does() -> None:
     active.set()
     received: list[pb.Task] = []
     worker = threading.Thread(
-        target=lambda: received.extend(stream(board, "site-a", make_binding("f", 1, pb.STAGE_JOIN), active.is_set)),
+        target=lambda: received.extend(
+            stream(board, "site-a", make_binding("f", 1, WIRE["STAGE_JOIN"]), active.is_set)
+        ),
         daemon=True,
     )
     worker.start()
@@ -304,5 +308,5 @@ def test_a_site_an_aborted_round_waited_for_in_vain_is_absent_until_heard_from()
     waiter.join(10.0)
     assert not waiter.is_alive() and board.connected() == {"site-a", "site-c"}
     board.unanswered(["site-c"])
-    board.connect("site-c", make_binding("f", 1, pb.STAGE_JOIN))  # so does a new task stream
+    board.connect("site-c", make_binding("f", 1, WIRE["STAGE_JOIN"]))  # so does a new task stream
     assert board.connected() == {"site-a", "site-c"}

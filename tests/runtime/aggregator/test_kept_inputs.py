@@ -1,4 +1,4 @@
-"""Above RESUMMED_WORDS the aggregator keeps large masked inputs in unlinked files, for a tag set that may need them."""
+"""Above RESUMMED_WORDS the aggregator keeps the masked inputs in unlinked files, for a tag set that may need them."""
 
 from __future__ import annotations
 
@@ -7,20 +7,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedfair.runtime import state_files
 from fedfair.runtime.aggregator.kept_inputs import in_file, kept_in_files
 from fedfair.secagg import config as config_module
 from fedfair.secagg.messages import MaskedInput
 from tests.secagg.helpers import Harness, make_config
 
 
-def test_only_large_inputs_kept_for_a_tag_set_go_to_files(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_input_kept_for_a_tag_set_alone_goes_to_a_file(monkeypatch: pytest.MonkeyPatch) -> None:
     config = make_config(4, modulus_bits=16, dimension=999)  # 4 x 1000 words of 2 bytes: 8000 bytes
     assert config.resummed and not kept_in_files(config)  # below the bound the claim carries them: memory
     monkeypatch.setattr(config_module, "RESUMMED_WORDS", 0)
-    assert not kept_in_files(config)  # above it, but under 64 MiB
-    monkeypatch.setattr(state_files, "IN_FILE_FROM", 8000)
-    assert kept_in_files(config)
+    assert kept_in_files(config)  # above it, however small: the aggregator never holds n (d + 1) words
     assert not kept_in_files(make_config(6, modulus_bits=16, dimension=999, neighbours=3, threshold=3))  # none kept
 
 

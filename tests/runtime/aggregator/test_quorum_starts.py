@@ -19,7 +19,8 @@ from fedfair.runtime.aggregator import starts
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.quorum import WaitGoal, wait_for
 from fedfair.runtime.aggregator.starts import START_FACTOR, Starts
-from fedfair.runtime.transport import make_binding, pb
+from fedfair.runtime.transport import make_binding
+from tests.runtime.wire_stages import WIRE
 
 SITES = frozenset({"site-a", "site-b"})
 TIMEOUT = 0.3
@@ -27,7 +28,7 @@ TIMEOUT = 0.3
 
 
 def joined(board: Board, peer: str) -> None:
-    board.connect(peer, make_binding("f", 0, pb.STAGE_JOIN))
+    board.connect(peer, make_binding("f", 0, WIRE["STAGE_JOIN"]))
 
 
 def quorum_wait(board: Board, tmp_path: Path) -> frozenset[str]:

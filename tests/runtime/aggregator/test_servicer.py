@@ -50,10 +50,13 @@ from fedfair.runtime.transport import (
     server_options,
 )
 from tests.runtime.harness import eventually, refused
+from fedfair.runtime.transport import TRAIN, WireStage
+from fedfair.runtime.contract import EVALUATION, TRAINING, Aggregations
+from tests.runtime.wire_stages import WIRE
 
 NAMES = ("site-a", "site-b", "site-c")
 FEDERATION = "f"
-JOIN = make_binding(FEDERATION, 0, pb.STAGE_JOIN)
+JOIN = make_binding(FEDERATION, 0, WIRE["STAGE_JOIN"])
 TIMEOUT = 10
 """Each RPC's deadline (s): a call that waited on what it must not (a slot, a starved worker) ends
 DEADLINE_EXCEEDED instead of its answer, so no test here needs a stopwatch."""
@@ -96,8 +99,8 @@ class Aggregator:
 @pytest.fixture()
 def aggregator(certs: Path, tmp_path: Path) -> Iterator[Aggregator]:
     board = Board("digest")
-    gate = StageGate(FEDERATION)
-    gate.open(0, pb.STAGE_JOIN)
+    gate = StageGate(FEDERATION, name=Aggregations(TRAINING, EVALUATION).name)
+    gate.open(0, WIRE["STAGE_JOIN"])
     authenticator = PeerAuthenticator(pki.load_certificate(certs / "ca.crt"), NAMES)
     servicer = Servicer(board, gate, authenticator, b"{}", events=EventLog(tmp_path))
     server = federation_server(servicer, len(NAMES), server_options())
@@ -172,8 +175,8 @@ def test_streams_opened_and_cancelled_in_a_loop_cannot_starve_an_honest_get_plan
     assert eventually(lambda: aggregator.servicer.quotas.held("site-c", Hold.TASK_STREAM) == 0)
     assert eventually(lambda: aggregator.board.connected() == {"site-a"})
     aggregator.board.new_round(1)
-    aggregator.board.publish(["site-a"], make_binding(FEDERATION, 1, pb.STAGE_TRAIN), pb.ACTION_RUN)
-    assert next(honest_stream).binding.stage == pb.STAGE_TRAIN
+    aggregator.board.publish(["site-a"], make_binding(FEDERATION, 1, WIRE["STAGE_TRAIN"]), pb.ACTION_RUN)
+    assert WireStage.of(next(honest_stream).binding) == TRAIN
     honest_stream.cancel()
 
 
@@ -192,7 +195,7 @@ def test_a_caller_over_its_limit_is_refused_at_once_and_a_slot_frees_when_a_call
     assert eventually(lambda: servicer.quotas.held("site-b", Hold.TASK_STREAM) == 2)
 
     # Uploads: two that have not sent a byte yet hold both of site-b's upload slots.
-    binding = make_binding(FEDERATION, 1, pb.STAGE_ADVERTISE_KEYS)
+    binding = make_binding(FEDERATION, 1, WIRE["STAGE_ADVERTISE_KEYS"])
     go = threading.Event()
 
     def stalled() -> Iterator[pb.Part]:
@@ -262,7 +265,7 @@ def test_an_upload_that_breaks_a_parser_is_refused_generically_and_frees_its_slo
     streams = {name: aggregator.stub(name).WaitForTasks(tasks()) for name in ("site-a", "site-b")}
     assert eventually(lambda: board.connected() == set(streams))
     board.new_round(1)
-    binding = gate.open(1, pb.STAGE_ADVERTISE_KEYS, timeout_seconds=600.0, participants=streams)
+    binding = gate.open(1, WIRE["STAGE_ADVERTISE_KEYS"], timeout_seconds=600.0, participants=streams)
 
     def absorb(peer: str, payload: bytes) -> None:
         x509.load_der_x509_certificate(payload)
@@ -307,7 +310,7 @@ def test_a_one_part_send_is_an_upload_with_the_gate_and_limits_of_a_submit(
     of the stage, a name the stage does not expect, a stage that is not open)."""
     board, gate = aggregator.board, aggregator.gate
     board.new_round(1)
-    binding = gate.open(1, pb.STAGE_ADVERTISE_KEYS, timeout_seconds=600.0, participants=["site-a", "site-b"])
+    binding = gate.open(1, WIRE["STAGE_ADVERTISE_KEYS"], timeout_seconds=600.0, participants=["site-a", "site-b"])
     absorbed: list[tuple[str, bytes]] = []
     board.open_stage(
         binding,
@@ -320,7 +323,7 @@ def test_a_one_part_send_is_an_upload_with_the_gate_and_limits_of_a_submit(
     site_a, site_b, site_c = (aggregator.stub(name) for name in ("site-a", "site-b", "site-c"))
     first_of_four = next(payload_parts(binding, b"keys and more", 4))
     [part] = payload_parts(binding, b"keys")
-    [later] = payload_parts(make_binding(FEDERATION, 1, pb.STAGE_SHARE_KEYS), b"keys")
+    [later] = payload_parts(make_binding(FEDERATION, 1, WIRE["STAGE_SHARE_KEYS"]), b"keys")
     with caplog.at_level(logging.INFO):
         error = refused(lambda: site_a.Send(first_of_four, timeout=TIMEOUT), grpc.StatusCode.INVALID_ARGUMENT)
         assert error.details() == MALFORMED_MESSAGE
@@ -350,7 +353,7 @@ def test_an_upload_after_its_stage_closed_is_logged_quietly_only_for_a_peer_it_a
     awaited is still a warning."""
     board, gate = aggregator.board, aggregator.gate
     board.new_round(1)
-    binding = gate.open(1, pb.STAGE_UNMASK, timeout_seconds=600.0, participants=["site-a", "site-b"])
+    binding = gate.open(1, WIRE["STAGE_UNMASK"], timeout_seconds=600.0, participants=["site-a", "site-b"])
     board.open_stage(
         binding, ["site-a", "site-b"], b"", lambda peer, payload: None, max_upload_bytes=1000, timeout=600.0
     )
@@ -380,7 +383,7 @@ def test_malformed_messages_get_one_generic_status_and_no_traceback(
     """Bytes that are no protobuf message, and chunks over the aggregator's limits: the caller hears
     MALFORMED_MESSAGE (no limit, no parser text); the log keeps the detail on one line."""
     aggregator.board.new_round(1)
-    binding = aggregator.gate.open(1, pb.STAGE_ADVERTISE_KEYS, timeout_seconds=600.0)
+    binding = aggregator.gate.open(1, WIRE["STAGE_ADVERTISE_KEYS"], timeout_seconds=600.0)
     aggregator.board.open_stage(
         binding, ["site-a"], b"", lambda peer, payload: None, max_upload_bytes=1000, timeout=600.0
     )
@@ -418,13 +421,13 @@ def test_malformed_messages_get_one_generic_status_and_no_traceback(
 def test_a_failure_of_the_aggregator_itself_tells_the_caller_nothing(
     aggregator: Aggregator, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    aggregator.gate.open(1, pb.STAGE_TRAIN)
+    aggregator.gate.open(1, WIRE["STAGE_TRAIN"])
 
     def broken(binding: pb.Binding) -> list[pb.ModelPart]:
         raise RuntimeError("/var/lib/fedfair/models: disk unreadable")
 
     monkeypatch.setattr(aggregator.board.offers, "model", broken)
-    request = pb.FetchRequest(binding=make_binding(FEDERATION, 1, pb.STAGE_TRAIN))
+    request = pb.FetchRequest(binding=make_binding(FEDERATION, 1, WIRE["STAGE_TRAIN"]))
     with caplog.at_level(logging.INFO):
         error = refused(
             lambda: list(aggregator.stub("site-a").DownloadModel(request, timeout=TIMEOUT)), grpc.StatusCode.INTERNAL
@@ -440,7 +443,7 @@ def test_a_failure_of_the_aggregator_itself_tells_the_caller_nothing(
 
 
 def status(round_number: int, kind: pb.CollaboratorStatus, epsilon: float | None = None) -> pb.StatusReport:
-    report = pb.StatusReport(binding=make_binding(FEDERATION, round_number, pb.STAGE_TRAIN), status=kind)
+    report = pb.StatusReport(binding=make_binding(FEDERATION, round_number, WIRE["STAGE_TRAIN"]), status=kind)
     if epsilon is not None:
         report.epsilon = epsilon
     return report
@@ -457,7 +460,7 @@ def test_a_status_report_is_logged_with_the_certified_name_and_recorded(
     the round events; the open stage is untouched (no gate slot taken, nothing delivered)."""
     caplog.set_level(logging.INFO, logger="fedfair.aggregator")
     aggregator.board.new_round(4)
-    aggregator.gate.open(4, pb.STAGE_MASKED_INPUT, participants=NAMES)
+    aggregator.gate.open(4, WIRE["STAGE_MASKED_INPUT"], participants=NAMES)
     stub = aggregator.stub("site-a")
     receipt = stub.Report(status(4, pb.COLLABORATOR_STATUS_BUDGET_SPENT), timeout=TIMEOUT)
     assert receipt.binding.round == 4

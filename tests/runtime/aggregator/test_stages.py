@@ -8,7 +8,8 @@ import pytest
 
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.stages import GRACE_FLOOR_SECONDS, RoundGrace, StageTiming
-from fedfair.runtime.transport import make_binding, pb
+from fedfair.runtime.transport import make_binding
+from tests.runtime.wire_stages import WIRE
 
 NAMES = ("site-a", "site-b", "site-c", "site-d", "site-e")
 
@@ -105,9 +106,9 @@ def test_the_board_ends_a_stage_at_the_grace_not_at_its_timeout() -> None:
     clock = Clock()
     board = Board("digest", clock=clock)
     for name in NAMES[:3]:
-        board.connect(name, make_binding("f", 0, pb.STAGE_JOIN))
+        board.connect(name, make_binding("f", 0, WIRE["STAGE_JOIN"]))
     board.new_round(1)
-    binding = make_binding("f", 1, pb.STAGE_ADVERTISE_KEYS)
+    binding = make_binding("f", 1, WIRE["STAGE_ADVERTISE_KEYS"])
     timing = StageTiming(3, grace=3.0)
     board.open_stage(
         binding, NAMES[:3], b"", lambda peer, payload: None, max_upload_bytes=64, timeout=600.0, timing=timing

@@ -42,7 +42,7 @@ from fedfair.runtime.aggregator.start import run_aggregator
 from fedfair.runtime.aggregator.state import AggregatorState, output_values, placed, step, training_values
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.contract import update_dimension
+from fedfair.core.update import update_dimension
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, load_aggregator_plan, plan_digest
 from fedfair.runtime.state_files import InFile, holding
 from tests.runtime.harness import new_workspace

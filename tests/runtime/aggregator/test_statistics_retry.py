@@ -31,6 +31,8 @@ from fedfair.runtime.preprocessing import STATISTICS_ROUND
 from fedfair.runtime.transport import pb, pb_grpc
 from tests.runtime.aggregator.test_loop import Background, aggregator_lines, wait_for_line
 from tests.runtime.harness import plan_sections
+from fedfair.runtime.transport import WireStage
+from tests.runtime.wire_stages import WIRE
 
 NAMES = ["site-a", "site-b", "site-c"]
 LEAVING = NAMES[1:]
@@ -87,7 +89,11 @@ def leaving_once(collaborator: Collaborator, leave: Leave) -> Collaborator:
 
     def leaving(stub: pb_grpc.FederationStub, task: pb.Task) -> None:
         binding = task.binding
-        if binding.round == STATISTICS_ROUND and binding.stage == pb.STAGE_EVAL_ADVERTISE_KEYS and not left.is_set():
+        if (
+            binding.round == STATISTICS_ROUND
+            and WireStage.of(binding) == WIRE["STAGE_EVAL_ADVERTISE_KEYS"]
+            and not left.is_set()
+        ):
             left.set()
             leave(collaborator, stub, task)
             return

@@ -15,7 +15,8 @@ from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.collaborator import chain as chain_module
 from fedfair.core.errors import UncheckedModelError
 from fedfair.runtime.collaborator.chain import ModelChain
-from fedfair.runtime.contract import model_download, update_dimension
+from fedfair.core.update import update_dimension
+from fedfair.runtime.contract import model_download
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import (
     AggregatorPlan,

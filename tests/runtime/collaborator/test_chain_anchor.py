@@ -20,7 +20,8 @@ from fedfair.core.errors import UncheckedModelError
 from fedfair.runtime.collaborator.chain import ModelChain
 from fedfair.runtime.collaborator.chain_record import read_anchor
 from fedfair.runtime.collaborator.outcome import OutcomeRecord
-from fedfair.runtime.contract import model_download, update_dimension
+from fedfair.core.update import update_dimension
+from fedfair.runtime.contract import model_download
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import (
     AggregatorPlan,
@@ -232,6 +233,52 @@ def test_an_anchor_in_a_file_reads_back_bit_for_bit(
                 np.array_equal(kept.values(field, a, b), wanted.values(field, a, b)) for a, b in kept.spans(length)
             )
     assert np.array_equal(anchor.state.values("theta", 0, 8), state.theta.numpy()[:8])
+
+
+@pytest.mark.parametrize("in_file", [False, True])
+def test_an_average_that_is_theta_is_written_once_and_read_back_as_theta(
+    federation: Federation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_file: bool
+) -> None:
+    if in_file:
+        monkeypatch.setattr(state_files, "IN_FILE_FROM", 0)
+        monkeypatch.setattr(state_files, "PIECE", 8)
+    chain = federation.chain(tmp_path)
+    two_rounds(federation, chain)
+    chain.verified(2, federation.summed(2), NAMES, federation.encoder(2))
+    assert chain.anchor is not None and chain.anchor.next is not None and chain.path is not None
+    written = chain.anchor
+    assert written.state.averaged_rounds == 0 == written.next.averaged_rounds  # the plan averages from a later round
+    with np.load(chain.path) as members:
+        # One copy of theta per state where there were two: a round writes and syncs half the bytes.
+        assert {"state.theta", "next.theta"} <= set(members.files)
+        assert not {"state.theta_average", "next.theta_average"} & set(members.files)
+        assert int(members["version"]) == chain_record.VERSION == 2
+    anchor = read_anchor(chain.path, tmp_path)
+    assert anchor.next is not None
+    for kept, wanted in ((anchor.state, written.state), (anchor.next, written.next)):
+        for field in ("theta", "theta_average"):
+            assert all(np.array_equal(kept.values(field, a, b), wanted.values(field, a, b)) for a, b in kept.spans()), (
+                field
+            )
+        if not in_file:  # two tensors of their own: stepping one in place leaves the other
+            assert kept.values("theta", 0, 1).ctypes.data != kept.values("theta_average", 0, 1).ctypes.data
+
+
+def test_an_anchor_of_version_1_with_its_average_written_out_still_reads(
+    federation: Federation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(chain_record, "_average_is_theta", lambda averaged_rounds: False)
+    monkeypatch.setattr(chain_record, "VERSION", 1)
+    chain = federation.chain(tmp_path)
+    two_rounds(federation, chain)
+    chain.verified(2, federation.summed(2), NAMES, federation.encoder(2))
+    assert chain.path is not None and chain.anchor is not None and chain.anchor.next is not None
+    with np.load(chain.path) as members:
+        assert "next.theta_average" in members.files and int(members["version"]) == 1
+    monkeypatch.undo()
+    anchor = read_anchor(chain.path, tmp_path)
+    assert anchor.next is not None
+    assert np.array_equal(anchor.next.values("theta_average", 0, 8), chain.anchor.next.values("theta_average", 0, 8))
 
 
 def test_an_unreadable_anchor_is_set_aside_and_nothing_past_round_1_is_taken(

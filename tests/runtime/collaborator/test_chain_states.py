@@ -21,7 +21,8 @@ from fedfair.core.errors import VerificationError, VerifyReason
 from fedfair.runtime import state_files
 from fedfair.runtime.collaborator.chain import ModelChain
 from fedfair.runtime.state_files import HeldState
-from fedfair.runtime.contract import model_download, training_download, update_dimension
+from fedfair.core.update import update_dimension
+from fedfair.runtime.contract import model_download, training_download
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import (
     SharedSettings,

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -219,6 +220,68 @@ def test_a_re_export_of_the_same_people_into_a_fresh_folder_continues_the_spend(
     assert f"epsilon {TWO:.4g} spent" in _shown(site, capsys)
 
 
+def test_a_re_export_with_a_column_renamed_or_a_categorys_case_changed_continues_the_spend(
+    site: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Red team of issue 93: the same 300 people re-exported into a fresh folder with "sex" renamed "gender" (which
+    moves the column in name order, so every row read differently) or with "sex" upper-cased showed epsilon 0; a
+    rename that kept the order already continued. Each now shows the spend so far."""
+    _charge(site, 1)
+    table = _table()
+    upper = table.assign(sex=table["sex"].str.upper())
+    both = upper.rename(columns={"sex": "gender"})
+    exports = {
+        "renamed, moved": table.rename(columns={"sex": "gender"}),
+        "renamed, in place": table.rename(columns={"age": "age_years"}),
+        "upper-cased": upper,
+        "both, columns reversed": both[list(reversed(both.columns))],
+    }
+    for name, rows in exports.items():
+        config = _export(tmp_path / name.replace(", ", "-"), "site-a", rows)
+        assert f"epsilon {ONE:.4g} spent" in _shown(config, capsys), name
+
+
+def test_a_rows_file_of_one_spelling_still_matches_and_gains_the_second_when_its_table_is_opened(
+    site: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rows file kept before rows had two spellings holds the first alone: a re-export with a patient added still
+    continues through it, and once its own table is opened again it holds both, so a renamed column continues too."""
+    from fedfair.privacy.ledger_people import KEY_FILE, read_rows, row_digests, rows_path, write_rows
+    from fedfair.runtime.collaborator.table_fingerprint import table_rows
+
+    ledger = _charge_and_open(site)
+    key = (ledger.path.parent / KEY_FILE).read_bytes()
+    kept = rows_path(ledger.path)
+    first = [row[:1] for row in table_rows(site.parent / "table.csv")]
+    write_rows(kept, row_digests(first, key), key)
+    assert read_rows(kept, key).size == 300
+    table = _table()
+    added = _export(tmp_path / "added", "site-a", pd.concat([table, adult_raw_table().iloc[[5000]]]))
+    assert f"epsilon {ONE:.4g} spent" in _shown(added, capsys)
+    assert f"epsilon {ONE:.4g} spent" in _shown(site, capsys)  # its own table opened: both spellings kept now
+    assert read_rows(kept, key).size == 600
+    renamed = _export(tmp_path / "renamed", "site-a", table.rename(columns={"sex": "gender"}))
+    assert f"epsilon {ONE:.4g} spent" in _shown(renamed, capsys)
+
+
+def test_a_table_with_dates_converted_to_parquet_continues_the_spend(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Red team of issue 93: a table with a date column, charged as CSV, then written to Parquet with its dates
+    parsed (as pandas and Arrow write them), read every date as "2020-01-03 00:00:00": no row matched, and the
+    fresh folder showed epsilon 0 although docs/security.md says a CSV/Parquet conversion is the same data."""
+    table = _table().assign(admitted=[f"20{10 + i % 10}-0{1 + i % 9}-1{i % 10}" for i in range(300)])
+    charged = _export(tmp_path / "csv", "site-a", table)
+    _charge(charged, 1)
+    converted = _export(tmp_path / "parquet", "site-a", table)
+    (converted.parent / "table.csv").unlink()
+    table.assign(admitted=pd.to_datetime(table["admitted"])).to_parquet(converted.parent / "table.parquet")
+    text = converted.read_text()
+    converted.write_text(text.replace('"table.csv"', '"table.parquet"'))
+    assert "table.parquet" in converted.read_text()
+    assert f"epsilon {ONE:.4g} spent" in _shown(converted, capsys)
+
+
 def test_each_row_is_charged_the_composition_over_the_ledgers_it_belongs_to(
     site: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -293,8 +356,9 @@ def test_row_digests_are_keyed_and_kept_beside_the_ledger_not_the_rows(site: Pat
     assert len(key) == 32 and (folder / KEY_FILE).stat().st_mode & 0o077 == 0
     rows = table_rows(site.parent / "table.csv")
     kept = read_rows(rows_path(ledger.path), key)
-    assert kept.size == len(set(rows)) == 300 and (kept == row_digests(rows, key)).all()
-    assert not set(kept.tolist()) & set(row_digests(rows, bytes(32)).tolist())
+    # Two spellings of each of the 300 distinct rows (as read, and its cells alone), no two alike.
+    assert len(set(rows)) == 300 and kept.size == 600 and (kept == np.unique(row_digests(rows, key))).all()
+    assert not set(kept.tolist()) & set(row_digests(rows, bytes(32)).ravel().tolist())
     raw = rows_path(ledger.path).read_bytes()
     assert b"State-gov" not in raw and b"Bachelors" not in raw
 

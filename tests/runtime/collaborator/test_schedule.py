@@ -34,6 +34,8 @@ from fedfair.runtime.rate_limits import LineBudget, RateLimit
 from fedfair.runtime.transport import make_binding, pb
 from tests.runtime.harness import new_workspace, thread_federation
 from tests.runtime.test_plan import aggregator_plan
+from fedfair.runtime.transport import WireStage
+from tests.runtime.wire_stages import WIRE
 
 NAMES = ["site-a", "site-b", "site-c"]
 
@@ -153,9 +155,9 @@ def test_a_flood_of_refused_tasks_adds_a_bounded_number_of_lines(
     served = load_aggregator_plan(workspace.plan)
     network = serve(served, plan_digest(served))
     for round_number in range(4, 4 + FLOOD):
-        binding = make_binding(served.federation_id, round_number, pb.STAGE_TRAIN)
+        binding = make_binding(served.federation_id, round_number, WIRE["STAGE_TRAIN"])
         network.board.publish(NAMES[:1], binding, pb.ACTION_RUN, deadline_seconds=60.0)
-    network.board.finish(make_binding(served.federation_id, 4 + FLOOD, pb.STAGE_UNSPECIFIED))
+    network.board.finish(make_binding(served.federation_id, 4 + FLOOD, WireStage(pb.STAGE_UNSPECIFIED)))
     retry = RetryPolicy(max_wait_seconds=30.0, base_seconds=0.2, cap_seconds=1.0)
     collaborator = Collaborator(load_collaborator_config(workspace.configs[NAMES[0]]), retry=retry)
     try:

@@ -9,33 +9,39 @@ import numpy as np
 import pytest
 
 from fedfair.runtime.collaborator.uplink import Uplink, input_limit
-from fedfair.runtime.transport import pb
+from fedfair.runtime.contract import BOUNDED_TRAINING, EVALUATION, TRAINING, Aggregations
+from fedfair.runtime.transport import EVALUATE, WireStage, make_binding, pb
 from fedfair.runtime.transport.chunks import split
 from fedfair.secagg import config as config_module
 from fedfair.secagg.config import RESUMMED_WORDS, fallback_tag_set_bytes, resummed_claim_bytes
-from fedfair.secagg.bounded.stages import record_bytes
+from fedfair.secagg.bounded.stages import part_bytes, record_bytes
 from fedfair.secagg.round import BASE_STAGE_BYTES, PER_PARTY_STAGE_BYTES
 from fedfair.secagg.verify_messages import TagSet
 from tests.secagg.helpers import Harness, make_config
+from tests.runtime.wire_stages import WIRE
 
 
-def task(stage: pb.Stage) -> pb.Task:
-    return pb.Task(binding=pb.Binding(federation_id="f", round=1, stage=stage), action=pb.ACTION_RUN)
+MASKED = Aggregations(TRAINING, EVALUATION)
+BOUNDED = Aggregations(BOUNDED_TRAINING, EVALUATION)
+
+
+def task(stage: WireStage) -> pb.Task:
+    return pb.Task(binding=make_binding("f", 1, stage), action=pb.ACTION_RUN)
 
 
 def test_the_tag_set_admits_the_inputs_above_the_bound_and_the_claim_below_it() -> None:
     sites, tags = 3, BASE_STAGE_BYTES + PER_PARTY_STAGE_BYTES * 3
     small = 1000  # 3 x 4 (d + 2) words, far below RESUMMED_WORDS: the claim carries the inputs
-    assert input_limit(task(pb.STAGE_VERIFY_TAGS), sites, small, 0) == tags
+    assert input_limit(task(WIRE["STAGE_VERIFY_TAGS"]), MASKED, sites, small, 0) == tags
     words = 4 * (small + 2)
-    assert input_limit(task(pb.STAGE_VERIFY_CLAIM), sites, small, 0) == (
+    assert input_limit(task(WIRE["STAGE_VERIFY_CLAIM"]), MASKED, sites, small, 0) == (
         BASE_STAGE_BYTES + 8 * words + resummed_claim_bytes(sites, words)
     )
     large = RESUMMED_WORDS  # above it: the tags check the sum, and a round with a missing tag is re-summed
     words = 4 * (large + 2)
-    limit = input_limit(task(pb.STAGE_VERIFY_TAGS), sites, large, 0)
+    limit = input_limit(task(WIRE["STAGE_VERIFY_TAGS"]), MASKED, sites, large, 0)
     assert limit == tags + fallback_tag_set_bytes(sites, words) and limit > 8 * sites * words
-    assert input_limit(task(pb.STAGE_EVAL_VERIFY_TAGS), sites, large, 16384) == tags
+    assert input_limit(task(WIRE["STAGE_EVAL_VERIFY_TAGS"]), MASKED, sites, large, 16384) == tags
     assert fallback_tag_set_bytes(sites, RESUMMED_WORDS // sites) == 0
 
 
@@ -43,12 +49,20 @@ def test_every_secure_stage_reads_what_its_declaration_caps_for_the_roster_and_t
     """The bounded sum's verdict record and tag set, and the key stages, capped by their declarations alone."""
     sites, parameters = 3, 1000
     roster = BASE_STAGE_BYTES + PER_PARTY_STAGE_BYTES * sites
-    assert input_limit(task(pb.STAGE_BOUNDED_DECIDE), sites, parameters, 0) == roster + record_bytes(
+    assert input_limit(task(WIRE["STAGE_BOUNDED_DECIDE"]), BOUNDED, sites, parameters, 0) == roster + record_bytes(
         sites, 4 * (parameters + 2)
     )
-    assert input_limit(task(pb.STAGE_BOUNDED_VERIFY), sites, parameters, 0) == roster + PER_PARTY_STAGE_BYTES
-    for stage in (pb.STAGE_ADVERTISE_KEYS, pb.STAGE_EVAL_UNMASK, pb.STAGE_BOUNDED_SHARE, pb.STAGE_EVAL_EXTENSION):
-        assert input_limit(task(stage), sites, parameters, 0) == roster
+    disputes = sites * part_bytes(4 * (parameters + 2))  # an excluded site's part, shown at most once each
+    assert input_limit(task(WIRE["STAGE_BOUNDED_VERIFY"]), BOUNDED, sites, parameters, 0) == (
+        roster + PER_PARTY_STAGE_BYTES + disputes
+    )
+    for aggregations, stage in (
+        (MASKED, WIRE["STAGE_ADVERTISE_KEYS"]),
+        (MASKED, WIRE["STAGE_EVAL_UNMASK"]),
+        (BOUNDED, WIRE["STAGE_BOUNDED_SHARE"]),
+        (MASKED, WireStage(EVALUATE.aggregation, 99)),  # a step no declaration has
+    ):
+        assert input_limit(task(stage), aggregations, sites, parameters, 0) == roster
 
 
 class FetchOnly:
@@ -72,7 +86,7 @@ def test_a_large_tag_set_is_read_into_an_unlinked_file_and_re_summed_from_its_ma
     for party in (1, 2, 3):
         harness.server.receive_tag(harness.clients[party].tag(claim))
     payload = harness.server.tag_set().to_bytes()
-    fetched = task(pb.STAGE_VERIFY_TAGS)
+    fetched = task(WIRE["STAGE_VERIFY_TAGS"])
     fetched.input_size = len(payload)
     view = Uplink().input_in_file(FetchOnly(payload, fetched.binding), fetched, len(payload), tmp_path)
     assert view.readonly and bytes(view) == payload

@@ -60,6 +60,7 @@ from fedfair.runtime.transport import (
 )
 from fedfair.pki.roster import settings_digest
 from tests.runtime.harness import new_workspace, plan_sections
+from tests.runtime.wire_stages import WIRE
 
 NAMES = ["site-a", "site-b"]
 
@@ -118,7 +119,7 @@ def private_rounds(workspace: Workspace, name: str, rounds: int) -> Collaborator
         collaborator.setup(stub)
         theta = initial_state(load_aggregator_plan(workspace.plan)).theta
         for round_number in range(1, rounds + 1):
-            binding = make_binding("fedfair-launch", round_number, pb.STAGE_TRAIN)
+            binding = make_binding("fedfair-launch", round_number, WIRE["STAGE_TRAIN"])
             collaborator.train_on(stub, binding, "model", theta, 5.0)
     return collaborator
 
@@ -251,7 +252,7 @@ def test_under_dp_neighbouring_datasets_send_the_same_weight_and_batch(
             with secure_channel(workspace.address, files, aggregator_name="aggregator") as channel:
                 stub = pb_grpc.FederationStub(channel)  # type: ignore[no-untyped-call]
                 collaborator.setup(stub)
-                binding = make_binding("fedfair-launch", 1, pb.STAGE_TRAIN)
+                binding = make_binding("fedfair-launch", 1, WIRE["STAGE_TRAIN"])
                 trained = collaborator.train_on(stub, binding, "model", initial_state(plan).theta, 5.0)
             assert isinstance(collaborator.trainer, PrivateLearner) and collaborator.learner is not None
             assert trained.vector is not None
@@ -316,10 +317,10 @@ class ChangingPlan(Recorder):
         self.streams += 1
         if self.streams == 1:
             self.settings, self.digest = self.edited, "another"
-            binding = make_binding(request.after.federation_id, 1, pb.STAGE_TRAIN)
+            binding = make_binding(request.after.federation_id, 1, WIRE["STAGE_TRAIN"])
             yield pb.Task(binding=binding, action=pb.ACTION_RUN, deadline_seconds=30.0, plan_digest="another")
         else:
-            binding = make_binding(request.after.federation_id, 1, pb.STAGE_EVAL_UNMASK)
+            binding = make_binding(request.after.federation_id, 1, WIRE["STAGE_EVAL_UNMASK"])
             yield pb.Task(binding=binding, action=pb.ACTION_FINISHED, plan_digest=self.digest)
 
 

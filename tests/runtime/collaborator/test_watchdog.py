@@ -29,6 +29,7 @@ from fedfair.runtime.local.processes import start_aggregator, start_collaborator
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest, shared_settings
 from fedfair.runtime.transport import WIRE_VERSION, TlsFiles, make_binding, pb, pb_grpc, server_credentials
 from tests.runtime.harness import eventually, new_workspace
+from tests.runtime.wire_stages import WIRE
 
 NAMES = ["site-a", "site-b", "site-c"]
 LIMIT = 2.0
@@ -110,7 +111,7 @@ class StallingAggregator(pb_grpc.FederationServicer):
         )
 
     def WaitForTasks(self, request: pb.TaskRequest, context: grpc.ServicerContext) -> Iterator[pb.Task]:
-        binding = make_binding(request.after.federation_id, 1, pb.STAGE_TRAIN)
+        binding = make_binding(request.after.federation_id, 1, WIRE["STAGE_TRAIN"])
         yield pb.Task(binding=binding, action=pb.ACTION_RUN, deadline_seconds=30.0, plan_digest=self.digest)
         while context.is_active():
             time.sleep(0.05)

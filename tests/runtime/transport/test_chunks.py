@@ -36,6 +36,7 @@ from fedfair.runtime.transport import (
     split,
     task_with_input,
 )
+from tests.runtime.wire_stages import WIRE
 
 FEDERATION = "test-federation"
 CHUNK = 1024  # small, so payloads span many chunks
@@ -86,7 +87,7 @@ def test_malformed_chunk_streams_are_refused(chunks: list[pb.Chunk], message: st
 @pytest.mark.parametrize("size", [0, 1, CHUNK, 5 * CHUNK + 3])
 def test_a_forwarded_payload_arrives_whole_in_order_a_chunk_at_a_time(size: int) -> None:
     data = np.random.default_rng(size).bytes(size)
-    binding = make_binding(FEDERATION, 1, pb.STAGE_UNMASK)
+    binding = make_binding(FEDERATION, 1, WIRE["STAGE_UNMASK"])
     pieces: list[bytes] = []
     forwarder = Forwarder(size, pieces.append, CHUNK)
     assert assemble(payload_parts(binding, data, CHUNK), forwarder, binding) == binding
@@ -121,7 +122,7 @@ def test_tensors_encode_exactly() -> None:
 
 
 def test_model_parts_are_checked() -> None:
-    binding = make_binding(FEDERATION, 3, pb.STAGE_TRAIN)
+    binding = make_binding(FEDERATION, 3, WIRE["STAGE_TRAIN"])
     theta = np.linspace(-1, 1, 1000, dtype=np.float64)
     parts = list(model_parts(binding, theta, 2.5, chunk_bytes=CHUNK))
     assert len(parts) == 8
@@ -130,7 +131,7 @@ def test_model_parts_are_checked() -> None:
     with pytest.raises(WireError, match="over the limit"):
         read_model(parts, binding, max_values=999, max_chunk_bytes=CHUNK)
     with pytest.raises(WireError, match="another federation, round or stage"):
-        read_model(parts, make_binding(FEDERATION, 4, pb.STAGE_TRAIN), max_values=1000, max_chunk_bytes=CHUNK)
+        read_model(parts, make_binding(FEDERATION, 4, WIRE["STAGE_TRAIN"]), max_values=1000, max_chunk_bytes=CHUNK)
     mixed = list(model_parts(binding, theta, 2.5, chunk_bytes=CHUNK))
     mixed[3].threshold = 1.0
     with pytest.raises(WireError, match="disagree"):
@@ -140,7 +141,7 @@ def test_model_parts_are_checked() -> None:
 
 
 def test_payload_parts_must_share_one_binding() -> None:
-    first, second = make_binding(FEDERATION, 1, pb.STAGE_UNMASK), make_binding(FEDERATION, 2, pb.STAGE_UNMASK)
+    first, second = make_binding(FEDERATION, 1, WIRE["STAGE_UNMASK"]), make_binding(FEDERATION, 2, WIRE["STAGE_UNMASK"])
     parts = list(payload_parts(first, bytes(3 * CHUNK), CHUNK))
     parts[2].binding.CopyFrom(second)
     with pytest.raises(WireError, match="another federation, round or stage"):
@@ -152,7 +153,7 @@ def test_payload_parts_must_share_one_binding() -> None:
 @pytest.mark.parametrize("size", [0, 1, INLINE_INPUT_BYTES])
 def test_a_small_stage_input_rides_with_its_task(size: int) -> None:
     payload = np.random.default_rng(size).bytes(size)
-    task = task_with_input(pb.Task(binding=make_binding(FEDERATION, 1, pb.STAGE_SHARE_KEYS)), payload)
+    task = task_with_input(pb.Task(binding=make_binding(FEDERATION, 1, WIRE["STAGE_SHARE_KEYS"])), payload)
     received = pb.Task.FromString(task.SerializeToString())
     assert received.input_size == size
     assert inline_input(received) == payload  # the empty input too: nothing to fetch
@@ -177,7 +178,7 @@ def test_a_model_is_sent_from_and_read_into_its_own_buffer() -> None:
     # size, and the writable array the collaborator trains from is that buffer, not a copy of it.
     import tracemalloc
 
-    binding = make_binding(FEDERATION, 3, pb.STAGE_TRAIN)
+    binding = make_binding(FEDERATION, 3, WIRE["STAGE_TRAIN"])
     theta = np.linspace(-1, 1, 200_000, dtype=np.float64)
     parts = list(model_parts(binding, theta, 2.5, chunk_bytes=1 << 16))
     tracemalloc.start()

@@ -48,6 +48,9 @@ from fedfair.runtime.transport import (
 from fedfair.runtime.transport.stage_gate import abort
 from fedfair.runtime.transport.chunks import digest
 from tests.runtime.harness import refused
+from fedfair.runtime.transport import TRAIN, WireStage
+from fedfair.runtime.contract import TRAINING
+from tests.runtime.wire_stages import WIRE
 
 FEDERATION = "test-federation"
 CHUNK = 1024  # small, so payloads span many chunks
@@ -105,11 +108,11 @@ class TestServicer(pb_grpc.FederationServicer):
         ca_certificate = pki.load_certificate(certs / "federation" / "ca.crt")
         self.auth = PeerAuthenticator(ca_certificate, ["alpha", "beta"])
         self.gate = StageGate(FEDERATION)
-        self.gate.open(0, pb.STAGE_JOIN)
+        self.gate.open(0, WIRE["STAGE_JOIN"])
         self.theta = np.random.default_rng(0).standard_normal(3000).astype(np.float32)
         self.c = 0.75
         self.relay = bytes(range(256)) * 20
-        self.uploads: dict[tuple[str, int, int], bytes] = {}
+        self.uploads: dict[tuple[str, int, WireStage], bytes] = {}
         self.calls: Counter[str] = Counter()
         self.implements_send = True
         self.identities: list[str] = []
@@ -124,7 +127,7 @@ class TestServicer(pb_grpc.FederationServicer):
         self.identities.append(name)
         return name
 
-    def publish(self, round_number: int, stage: int, action: int = pb.ACTION_RUN) -> pb.Binding:
+    def publish(self, round_number: int, stage: WireStage, action: int = pb.ACTION_RUN) -> pb.Binding:
         binding = (
             self.gate.open(round_number, stage)
             if action == pb.ACTION_RUN
@@ -145,7 +148,7 @@ class TestServicer(pb_grpc.FederationServicer):
 
     def WaitForTasks(self, request: pb.TaskRequest, context: grpc.ServicerContext) -> Iterator[pb.Task]:
         self.identify(context)
-        after = (request.after.round, request.after.stage)
+        after = (request.after.round, WireStage.of(request.after))
         sent = 0
         while context.is_active():
             with self.changed:
@@ -153,7 +156,7 @@ class TestServicer(pb_grpc.FederationServicer):
                 pending = self.tasks[sent:]
             for task in pending:
                 sent += 1
-                if (task.binding.round, task.binding.stage) > after:
+                if (task.binding.round, WireStage.of(task.binding)) > after:
                     yield task
                 if task.action == pb.ACTION_FINISHED:
                     return
@@ -195,7 +198,7 @@ class TestServicer(pb_grpc.FederationServicer):
         except WireError:
             # What was wrong is for the receiver's log; the sender hears nothing it could probe limits with.
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, MALFORMED_MESSAGE)
-        self.uploads[(name, binding.round, binding.stage)] = data
+        self.uploads[(name, binding.round, WireStage.of(binding))] = data
         return pb.Receipt(binding=binding, received_size=len(data), sha256=digest(data))
 
 
@@ -245,7 +248,9 @@ def test_mtls_connects_and_identity_comes_from_the_certificate(
     assert check_tls_files(TlsFiles.in_folder(certs / "federation", "alpha"), "collaborator") == "alpha"
     with pytest.raises(ConfigError, match="not issued for the aggregator role"):
         check_tls_files(TlsFiles.in_folder(certs / "federation", "alpha"), "aggregator")
-    assert describe_binding(make_binding(FEDERATION, 3, pb.STAGE_UNMASK)) == "round 3 STAGE_UNMASK"
+    unmask = make_binding(FEDERATION, 3, WIRE["STAGE_UNMASK"])
+    assert describe_binding(unmask) == "round 3 STAGE_TRAIN step 6"  # as the wire binds it
+    assert describe_binding(unmask, TRAINING.name) == "round 3 STAGE_UNMASK"  # as its round kind names it
 
 
 def test_the_aggregator_name_is_checked_by_the_collaborator(certs: Path, federation: tuple[TestServicer, int]) -> None:
@@ -345,9 +350,9 @@ def test_a_round_over_the_wire(federation: tuple[TestServicer, int], alpha: pb_g
     servicer, _ = federation
     stream = alpha.WaitForTasks(pb.TaskRequest(after=join_request().binding), timeout=RPC_TIMEOUT)
     # The task arrives when the aggregator opens the stage: the collaborator waits on the stream.
-    threading.Timer(0.05, servicer.publish, args=(1, pb.STAGE_TRAIN)).start()
+    threading.Timer(0.05, servicer.publish, args=(1, WIRE["STAGE_TRAIN"])).start()
     task = next(stream)
-    assert (task.action, task.binding.round, task.binding.stage) == (pb.ACTION_RUN, 1, pb.STAGE_TRAIN)
+    assert (task.action, task.binding.round, WireStage.of(task.binding)) == (pb.ACTION_RUN, 1, TRAIN)
     assert task.binding.federation_id == FEDERATION
 
     theta, c = read_model(
@@ -358,7 +363,7 @@ def test_a_round_over_the_wire(federation: tuple[TestServicer, int], alpha: pb_g
     )
     assert c == servicer.c and theta.dtype == np.float32 and np.array_equal(theta, servicer.theta)
 
-    share = servicer.publish(1, pb.STAGE_SHARE_KEYS)
+    share = servicer.publish(1, WIRE["STAGE_SHARE_KEYS"])
     assert next(stream).binding == share
     relayed = read_payload(
         alpha.Fetch(pb.FetchRequest(binding=share), timeout=RPC_TIMEOUT),
@@ -371,7 +376,7 @@ def test_a_round_over_the_wire(federation: tuple[TestServicer, int], alpha: pb_g
     payload = np.random.default_rng(1).bytes(10 * CHUNK + 17)
     receipt = alpha.Submit(payload_parts(share, payload, CHUNK), timeout=RPC_TIMEOUT)
     assert receipt.received_size == len(payload) and receipt.sha256 == digest(payload)
-    assert servicer.uploads[("alpha", 1, pb.STAGE_SHARE_KEYS)] == payload
+    assert servicer.uploads[("alpha", 1, WIRE["STAGE_SHARE_KEYS"])] == payload
 
     # The same upload again is a replay; an upload for a closed stage is late.
     error = refused(
@@ -379,13 +384,13 @@ def test_a_round_over_the_wire(federation: tuple[TestServicer, int], alpha: pb_g
         grpc.StatusCode.FAILED_PRECONDITION,
     )
     assert error.details() == NOT_EXPECTED
-    servicer.publish(1, pb.STAGE_MASKED_INPUT)
-    assert next(stream).binding.stage == pb.STAGE_MASKED_INPUT
+    servicer.publish(1, WIRE["STAGE_MASKED_INPUT"])
+    assert WireStage.of(next(stream).binding) == WIRE["STAGE_MASKED_INPUT"]
     refused(
         lambda: alpha.Submit(payload_parts(share, b"late", CHUNK), timeout=RPC_TIMEOUT),
         grpc.StatusCode.FAILED_PRECONDITION,
     )
-    wrong = make_binding("another-federation", 1, pb.STAGE_MASKED_INPUT)
+    wrong = make_binding("another-federation", 1, WIRE["STAGE_MASKED_INPUT"])
     refused(
         lambda: alpha.Submit(payload_parts(wrong, b"x", CHUNK), timeout=RPC_TIMEOUT),
         grpc.StatusCode.FAILED_PRECONDITION,
@@ -393,20 +398,20 @@ def test_a_round_over_the_wire(federation: tuple[TestServicer, int], alpha: pb_g
     refused(
         lambda: list(
             alpha.DownloadModel(
-                pb.FetchRequest(binding=make_binding(FEDERATION, 2, pb.STAGE_TRAIN)), timeout=RPC_TIMEOUT
+                pb.FetchRequest(binding=make_binding(FEDERATION, 2, WIRE["STAGE_TRAIN"])), timeout=RPC_TIMEOUT
             )
         ),
         grpc.StatusCode.FAILED_PRECONDITION,
     )
 
     # A malformed upload is refused with one generic message.
-    masked = make_binding(FEDERATION, 1, pb.STAGE_MASKED_INPUT)
+    masked = make_binding(FEDERATION, 1, WIRE["STAGE_MASKED_INPUT"])
     parts = list(payload_parts(masked, bytes(3 * CHUNK), CHUNK))
     parts[1].chunk.total_size += 1
     error = refused(lambda: alpha.Submit(iter(parts), timeout=RPC_TIMEOUT), grpc.StatusCode.INVALID_ARGUMENT)
     assert error.details() == MALFORMED_MESSAGE
 
-    servicer.publish(1, pb.STAGE_MASKED_INPUT + 1, pb.ACTION_FINISHED)
+    servicer.publish(1, WIRE["STAGE_CONSISTENCY"], pb.ACTION_FINISHED)
     assert next(stream).action == pb.ACTION_FINISHED
     assert list(stream) == []
 
@@ -415,7 +420,7 @@ def test_oversized_chunks_are_refused_on_the_wire(
     federation: tuple[TestServicer, int], alpha: pb_grpc.FederationStub
 ) -> None:
     servicer, _ = federation
-    binding = servicer.publish(5, pb.STAGE_ADVERTISE_KEYS)
+    binding = servicer.publish(5, WIRE["STAGE_ADVERTISE_KEYS"])
     # Larger than the receiver's chunk limit, but within gRPC's message limit: our check.
     big = pb.Part(binding=binding, chunk=pb.Chunk(index=0, count=1, total_size=CHUNK + 100, data=bytes(CHUNK + 100)))
     error = refused(lambda: alpha.Submit(iter([big]), timeout=RPC_TIMEOUT), grpc.StatusCode.INVALID_ARGUMENT)
@@ -438,7 +443,7 @@ def test_upload_sends_a_payload_of_one_chunk_unary_and_streams_a_longer_one(
     federation: tuple[TestServicer, int], alpha: pb_grpc.FederationStub
 ) -> None:
     servicer, _ = federation
-    sizes = {pb.STAGE_ADVERTISE_KEYS: CHUNK, pb.STAGE_SHARE_KEYS: CHUNK + 1, pb.STAGE_CHECK_SHARES: 0}
+    sizes = {WIRE["STAGE_ADVERTISE_KEYS"]: CHUNK, WIRE["STAGE_SHARE_KEYS"]: CHUNK + 1, WIRE["STAGE_CHECK_SHARES"]: 0}
     for stage, size in sizes.items():
         binding = servicer.publish(6, stage)
         payload = np.random.default_rng(size).bytes(size)
@@ -458,17 +463,17 @@ def test_upload_falls_back_to_a_submit_stream_for_an_aggregator_without_send(
     servicer, _ = federation
     monkeypatch.setattr(servicer, "implements_send", False)
     uploader = Uploader(alpha)
-    binding = servicer.publish(8, pb.STAGE_ADVERTISE_KEYS)
+    binding = servicer.publish(8, WIRE["STAGE_ADVERTISE_KEYS"])
     before = servicer.calls.copy()
     receipt = uploader.upload(binding, b"keys", timeout=RPC_TIMEOUT, chunk_bytes=CHUNK)
-    assert (receipt.received_size, servicer.uploads[("alpha", 8, pb.STAGE_ADVERTISE_KEYS)]) == (4, b"keys")
+    assert (receipt.received_size, servicer.uploads[("alpha", 8, WIRE["STAGE_ADVERTISE_KEYS"])]) == (4, b"keys")
     assert servicer.calls - before == Counter({"Send": 1, "Submit": 1})
     # The connection's aggregator has no Send: later small uploads over it do not ask again.
-    binding = servicer.publish(8, pb.STAGE_SHARE_KEYS)
+    binding = servicer.publish(8, WIRE["STAGE_SHARE_KEYS"])
     before = servicer.calls.copy()
     seen: list[pb.Part] = []
     uploader.upload(binding, b"shares", timeout=RPC_TIMEOUT, chunk_bytes=CHUNK, on_part=seen.append)
-    assert servicer.uploads[("alpha", 8, pb.STAGE_SHARE_KEYS)] == b"shares"
+    assert servicer.uploads[("alpha", 8, WIRE["STAGE_SHARE_KEYS"])] == b"shares"
     assert servicer.calls - before == Counter({"Submit": 1})
     assert [part.chunk.data for part in seen] == [b"shares"]
     # Any other refusal of a Send is the caller's to handle, not a reason to try a Submit; a new

@@ -6,6 +6,8 @@ import hashlib
 
 import pytest
 
+from fedfair.runtime.transport import JOIN, WireStage
+
 from fedfair.runtime.transport import (
     WIRE_VERSION,
     describe_version,
@@ -15,27 +17,29 @@ from fedfair.runtime.transport import (
     refusing_version,
 )
 
-PINNED = (2, "8a02f0efcb01706482c32b52d9e149274841409a60dbe6af5c32f167fbd61a09")
-"""WIRE_VERSION and the digest of the Stage enum it was raised for (version 2: STAGE_BOUNDED_VERIFY = 17)."""
+PINNED = (3, "4ee531dcb2998ccc3059c29bdc545000bd814c12f1b85980d04dd8be3fc9bce9")
+"""WIRE_VERSION and the digest of the stage binding it was raised for (version 3: (aggregation, step))."""
 
 
 def stage_digest() -> str:
-    """sha256 of the Stage enum's (number, name) pairs: what a peer of another release would read differently."""
+    """sha256 of the Stage enum's (number, name) pairs and the Binding's fields: how a message names its stage, which
+    a peer of another release would read differently."""
     stages = sorted((value.number, value.name) for value in pb.DESCRIPTOR.enum_types_by_name["Stage"].values)
-    return hashlib.sha256(repr(stages).encode()).hexdigest()
+    binding = sorted((field.number, field.name, field.type) for field in pb.Binding.DESCRIPTOR.fields)
+    return hashlib.sha256(repr((stages, binding)).encode()).hexdigest()
 
 
 def test_the_wire_version_changes_with_the_stages_and_only_with_them() -> None:
     version, digest = PINNED
     if stage_digest() != digest:
         assert WIRE_VERSION != version, (
-            "proto/fedfair.proto's Stage enum changed but WIRE_VERSION did not: a peer of the previous release "
+            "proto/fedfair.proto's Stage enum or Binding changed but WIRE_VERSION did not: a peer of the previous release "
             "would read these stages differently; raise WIRE_VERSION in fedfair/runtime/transport/wire_version.py, "
             f"add a CHANGELOG line, and pin PINNED = ({version + 1}, {stage_digest()!r}) here"
         )
         pytest.fail(f"WIRE_VERSION was raised to {WIRE_VERSION}: pin PINNED = ({WIRE_VERSION}, {stage_digest()!r})")
     assert WIRE_VERSION == version, (
-        f"WIRE_VERSION changed to {WIRE_VERSION} but the Stage enum did not: if another incompatible change of "
+        f"WIRE_VERSION changed to {WIRE_VERSION} but the Stage enum and the Binding did not: if another incompatible change of "
         f"proto/fedfair.proto called for it, pin PINNED = ({WIRE_VERSION}, {digest!r}) here"
     )
 
@@ -51,7 +55,7 @@ def test_an_old_peer_reads_as_version_0_and_is_named_as_such() -> None:
 def test_this_releases_request_carries_its_version_and_joins_as_asked() -> None:
     request = plan_request("fed")
     assert request.wire_version == WIRE_VERSION
-    assert (request.binding.federation_id, request.binding.round, request.binding.stage) == ("fed", 0, pb.STAGE_JOIN)
+    assert (request.binding.federation_id, request.binding.round, WireStage.of(request.binding)) == ("fed", 0, JOIN)
 
 
 @pytest.mark.parametrize("theirs", [0, 1, WIRE_VERSION + 1])

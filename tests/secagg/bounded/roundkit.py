@@ -94,8 +94,8 @@ class Round:
     def upload(self, party: int, encoded: np.ndarray, liar: bool = False) -> tuple[LeaderUpload, SealedSeed]:
         """``party``'s two parts (a liar proves with :func:`liar_witness`)."""
         if liar:
-            return make_uploads(self.context, party, self.site_keys[party], encoded, liar_witness)
-        return make_uploads(self.context, party, self.site_keys[party], encoded)
+            return make_uploads(self.context, party, self.site_keys[party], encoded, liar_witness)[:2]
+        return make_uploads(self.context, party, self.site_keys[party], encoded)[:2]
 
     def exchange_until_reveal(self) -> tuple[Reveal, Reveal]:
         """Close the uploads and run VERIFY up to the reveals: (the aggregator's, the auditor's)."""

@@ -112,3 +112,32 @@ def test_the_auditor_tags_one_record_the_aggregator_signed_and_no_other() -> Non
     server.receive_tags(auditor.decide(record))  # signed by the auditor over the record the sites are sent
     with pytest.raises(ProtocolError, match="one verdict record per round"):
         auditor.decide(record)
+
+
+def test_a_site_a_record_leaves_out_as_absent_has_nothing_to_dispute_and_says_so() -> None:
+    """A hostile aggregator that drops a site's share and sends it the record anyway (neither accepted nor excluded):
+    the site has no evidence to check, so it neither disputes nor names the auditor, and is told it is not in it."""
+    sites = (1, 2, 3)
+    parameters, private, aggregator = bounded_parameters(sites, round_number=3)
+    server = BoundedServer(parameters, aggregator)
+    peers = {
+        **{party: BoundedSite(parameters, party, private[party]) for party in sites},
+        AUDITOR: Auditor(parameters, private[AUDITOR]),
+    }
+    opening = BOUNDED_ROUND.open_sum(server)
+    for spec in BOUNDED_ROUND.sum_stages[:-1]:
+        for party in opening.among:
+            received = None if spec.received is None else spec.received(opening.inputs.to_bytes())
+            upload = spec.step(peers[party], received, lambda party=party: honest(party))
+            assert spec.upload is not None and spec.receive is not None and spec.close is not None
+            if party != 3:  # the aggregator drops site 3's share
+                spec.receive(server, spec.upload(upload.to_bytes()))
+        opening = spec.close(server)
+    record = VerdictRecord.from_bytes(opening.inputs.to_bytes())
+    dropped = peers[3]
+    assert isinstance(dropped, BoundedSite)
+    findings = dropped.check(record)
+    assert 3 not in findings.accepted and 3 not in findings.liars
+    for asked in (dropped.dispute, dropped.auditor_message_false):
+        with pytest.raises(ProtocolError, match="neither accepts nor excludes party 3"):
+            asked()

@@ -62,8 +62,9 @@ def test_every_honest_site_verifies_the_exact_sum_and_the_liar_tags_nothing() ->
     np.testing.assert_array_equal(trace.result.total, exact)  # what the aggregator applies is what each verified
     # A site's tags: its id (8 bytes), the row count (4), two elements (16), a signature (DER ECDSA P-256, at most
     # 72 bytes) with its 8-byte length; the tag set it downloads: the count (4), then the three sites' tags and the
-    # auditor's, each with its 8-byte length, and the aggregator's 32-byte noise key with its length.
-    tags, key = 8 + 4 + 16 + 8, 8 + 32
+    # auditor's, each with its 8-byte length, the aggregator's 32-byte noise key with its length, and the count of
+    # disputes (4; none here).
+    tags, key = 8 + 4 + 16 + 8, 8 + 32 + 4
     assert tags + 8 < trace.tag_bytes_up <= tags + 72
     assert 4 + 4 * (8 + tags + 8) + key < trace.tag_bytes_down <= 4 + 4 * (8 + tags + 72) + key
 

@@ -39,11 +39,15 @@ def test_evidence_is_checked_by_signature_and_decided_by_anyone() -> None:
     leader, helper = Verifier(LAYOUT, Role.LEADER, b"q" * 32), Verifier(LAYOUT, Role.HELPER, b"q" * 32)
     leader_data, leader_signature = sign(leader_key, CONTEXT, leader.receive(1, leader_share))
     helper_data, helper_signature = sign(helper_key, CONTEXT, helper.receive(1, helper_share))
-    evidence = Evidence(leader_data, leader_signature, helper_data, helper_signature)
+    evidence = Evidence(
+        leader_data, leader_signature, helper_data, helper_signature, b""
+    )  # the party's: not checked here
     public = (leader_key.public_key(), helper_key.public_key())
     assert check_evidence(LAYOUT, CONTEXT, evidence, *public).accepted
     with pytest.raises(ProtocolError, match="auditor's verifier message is not signed"):
-        check_evidence(LAYOUT, CONTEXT, Evidence(leader_data, leader_signature, helper_data, leader_signature), *public)
+        check_evidence(
+            LAYOUT, CONTEXT, Evidence(leader_data, leader_signature, helper_data, leader_signature, b""), *public
+        )
     with pytest.raises(ProtocolError, match="aggregator's verifier message is not signed"):
         check_evidence(LAYOUT, b"another round", evidence, *public)
 
@@ -74,6 +78,7 @@ def test_a_verifier_message_must_be_the_one_its_sender_committed_to() -> None:
     outputs[0] = (int(outputs[0]) + 1) % field.P  # fitted after the fact
     fitted = VerifierMessage(
         honest.party,
+        honest.received,
         honest.own_parts,
         honest.claimed_peer_parts,
         flp.VerifierShare(outputs, honest.share.wire_values, honest.share.polynomial_values),

@@ -1,0 +1,416 @@
+"""fedfair's own runtime beside the Flower integration: one federation, run both ways, interleaved.
+
+The task is the Flower example's (examples/flower-fedsrcvar/: its MLP, Adult split by race into 3 sites, the
+strategy's defaults but rho = 0.2): fedfair's aggregator and three collaborator processes over mutual TLS, the plan
+naming the example's model factory (`fedsrcvar_app.task:model`); and Flower's deployment engine, a SuperLink
+serving TLS with a certificate of fedfair's PKI, three SuperNodes and `flwr run` of the example. Both take
+b_k = round(fraction * n_k) (the plan's batch_fraction; the example's batch-fraction), the same seed and rounds.
+fedfair runs with plain sums (`--secure` masks them: its sums are then fixed point, so equality is to its
+quantisation), Flower with its plain strategy.
+
+Per party (the aggregator or the SuperLink with the ServerApp it starts; each site's collaborator or SuperNode
+with the ClientApp processes it starts) it reads the CPU seconds of the party's whole process tree: each party
+runs under a subreaper that reaps every descendant and reports getrusage(RUSAGE_CHILDREN). The `flwr run`
+command itself is the operator's, not a party's, and is not counted. Bytes on the wire are what the sites and
+the server exchange: every site dials the server through a relay in this process that counts each
+direction's bytes (TLS records, headers included). Final model equality: the largest relative difference of
+the suffix-averaged theta, and of c, between the two runs.
+
+    nice -n 3 .venv/bin/python benchmarks/flower_bench.py --rounds 6 --json benchmarks/results/flower_bench.json
+
+Needs `make test-flower`'s environment (.venv-flower) for Flower's commands; one repeat of each system after the
+other. Nice it lightly, not by nice's default 10: a SuperNode's ClientApp process must send its first heartbeat
+within 30 s of being claimed, which a process at nice 10 on a host loaded far past its cores misses (docs/flower.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import resource
+import selectors
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from published import publish
+from fedfair import pki
+from fedfair.runtime.local.workspace import free_port, listening, make_workspace, site_names, toml_text
+from fedfair.runtime.output_folder import FINAL_MODEL_NAME
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "flower-fedsrcvar"
+FACTORY = "fedsrcvar_app.task:model"
+SITES = 3
+PR_SET_CHILD_SUBREAPER = 36
+"""prctl's option that makes a process the reaper of its orphaned descendants (linux/prctl.h)."""
+
+
+def party(report: Path, command: list[str]) -> int:
+    """Run `command` as a party: reap its every descendant, then write their CPU seconds to `report`.
+
+    SIGTERM ends the party's whole process tree (a Flower server runs until told to stop).
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    child = subprocess.Popen(command)
+    while child.poll() is None and not stopped.is_set():
+        time.sleep(0.2)
+    # Orphans of the party's tree are this process's children now (a subreaper's): end and reap them, as long as
+    # any is left (a child may start another before it dies).
+    while children := own_children():
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for _ in children:
+            os.waitpid(-1, 0)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    report.write_text(json.dumps({"cpu_seconds": usage.ru_utime + usage.ru_stime, "exit": child.returncode}))
+    return 0
+
+
+def own_children() -> list[int]:
+    """This process's live children (Linux lists each thread's in /proc)."""
+    return [int(pid) for task in Path("/proc/self/task").iterdir() for pid in (task / "children").read_text().split()]
+
+
+@dataclass
+class Relay:
+    """A TCP relay from a port of its own to `target`, counting the bytes each way (a thread of this process)."""
+
+    target: tuple[str, int]
+    port: int = field(default_factory=free_port)
+    up: int = 0
+    down: int = 0
+
+    def __post_init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> str:
+        """host:port to dial instead of the target."""
+        return f"127.0.0.1:{self.port}"
+
+    def _run(self) -> None:
+        peers: dict[socket.socket, tuple[socket.socket, bool]] = {}
+        while not self._stop.is_set():
+            for key, _ in self._selector.select(timeout=0.2):
+                sock = key.fileobj
+                assert isinstance(sock, socket.socket)
+                if sock is self._listener:
+                    inbound, _ = self._listener.accept()
+                    outbound = socket.create_connection(self.target)
+                    peers[inbound], peers[outbound] = (outbound, True), (inbound, False)
+                    for end in (inbound, outbound):
+                        self._selector.register(end, selectors.EVENT_READ)
+                    continue
+                other, from_site = peers[sock]
+                try:
+                    data = sock.recv(1 << 16)
+                except OSError:
+                    data = b""
+                if not data:
+                    for end in (sock, other):
+                        self._selector.unregister(end)
+                        peers.pop(end, None)
+                        end.close()
+                    continue
+                other.sendall(data)
+                if from_site:
+                    self.up += len(data)
+                else:
+                    self.down += len(data)
+
+    def close(self) -> None:
+        """Stop relaying (open connections are dropped)."""
+        self._stop.set()
+        self._thread.join()
+        self._listener.close()
+
+
+class Parties:
+    """The parties of one run, each under `party`'s subreaper, logging to a file."""
+
+    def __init__(self, folder: Path, env: dict[str, str]) -> None:
+        self.folder, self.env = folder, env
+        self.started: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, command: list[str]) -> None:
+        log = (self.folder / f"{name}.log").open("wb")
+        wrapper = [sys.executable, __file__, "party", str(self.folder / f"{name}.cpu.json"), "--", *command]
+        self.started[name] = subprocess.Popen(wrapper, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+
+    def wait(self, names: list[str], seconds: float) -> None:
+        for name in names:
+            try:
+                self.started[name].wait(timeout=seconds)
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"{name} did not finish within {seconds:.0f} s\n{self.logs()}") from None
+
+    def stop(self) -> None:
+        for process in self.started.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.started.values():
+            process.wait(timeout=60)
+
+    def cpu(self) -> dict[str, float]:
+        return {
+            name: json.loads((self.folder / f"{name}.cpu.json").read_text())["cpu_seconds"] for name in self.started
+        }
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {path.name}\n{path.read_text()[-2000:]}" for path in sorted(self.folder.glob("*.log")))
+
+
+def wait_for_port(port: int, parties: Parties, seconds: float = 120.0) -> None:
+    if not listening(port, seconds):
+        raise RuntimeError(f"nothing listened on port {port} within {seconds:.0f} s\n{parties.logs()}")
+
+
+def environment(extra: dict[str, str]) -> dict[str, str]:
+    """Each party's: one compute thread (as fedfair launch gives its children), the example importable."""
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(EXAMPLE), str(ROOT)]),
+        **extra,
+    }
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The federation both systems run."""
+
+    rounds: int
+    batch_fraction: float
+    rho: float = 0.2
+    epsilon: float = 0.1
+    local_steps: int = 1
+    lr: float = 0.1
+    seed: int = 0
+
+
+@dataclass
+class Run:
+    """One run's measurements."""
+
+    system: str
+    wall_seconds: float
+    cpu_seconds: dict[str, float]
+    bytes_up: int
+    bytes_down: int
+    theta_average: list[float]
+    c_average: float
+
+    def summary(self, rounds: int) -> dict[str, Any]:
+        sites = [seconds for name, seconds in self.cpu_seconds.items() if name != "server"]
+        return {
+            "system": self.system,
+            "wall_seconds": round(self.wall_seconds, 1),
+            "server_cpu_seconds": round(self.cpu_seconds["server"], 1),
+            "site_cpu_seconds_median": round(statistics.median(sites), 1),
+            "site_cpu_seconds_each": [round(seconds, 1) for seconds in sites],
+            "bytes_per_round_up": round(self.bytes_up / rounds),
+            "bytes_per_round_down": round(self.bytes_down / rounds),
+        }
+
+
+def run_fedfair(settings: Settings, folder: Path, secure: bool) -> Run:
+    """The aggregator and three collaborators, each a process, the plan naming the example's model factory."""
+    names = site_names(SITES)
+    plan = {
+        "objective": {"epsilon": settings.epsilon, "rho": settings.rho},
+        "training": {
+            "rounds": settings.rounds,
+            "local_steps": settings.local_steps,
+            "batch_fraction": settings.batch_fraction,
+            "lr": settings.lr,
+            "threshold_lr": settings.lr,
+            "seed": settings.seed,
+            "average_from": 0.5,
+            "server_momentum": 0.0,  # a plan's default moves with momentum; Algorithm 1 (and the strategy) does not
+        },
+        "model": {"factory": FACTORY},
+        "secure_aggregation": {"enabled": secure},
+        "quorum": {"min_collaborators": SITES},
+        "evaluation": {"every": 0},
+    }
+    workspace = make_workspace(folder / "workspace", names, plan=plan)
+    host, port = workspace.address.rsplit(":", 1)
+    relay = Relay((host, int(port)))
+    for path in workspace.configs.values():
+        config = tomllib.loads(path.read_text())
+        config["collaborator"]["aggregator"] = relay.address
+        config["model"] = {"factories": [FACTORY]}
+        path.write_text(toml_text(config))
+    parties = Parties(folder, environment({}))
+    fedfair = [sys.executable, "-m", "fedfair.cli"]
+    started = time.monotonic()
+    parties.start("server", [*fedfair, "aggregator", "start", "--plan", str(workspace.plan)])
+    wait_for_port(int(port), parties)
+    for name in names:
+        parties.start(name, [*fedfair, "collaborator", "start", "--config", str(workspace.configs[name])])
+    try:
+        parties.wait(["server", *names], seconds=3600)
+    finally:
+        wall = time.monotonic() - started
+        parties.stop()
+        relay.close()
+    output = torch.load(workspace.output / FINAL_MODEL_NAME, weights_only=True)
+    return Run(
+        "fedfair" + (" (secure sums)" if secure else ""),
+        wall,
+        parties.cpu(),
+        relay.up,
+        relay.down,
+        output["theta_average"].double().tolist(),
+        float(output["c_average"]),
+    )
+
+
+def write_tls_files(folder: Path) -> tuple[Path, Path, Path]:
+    """fedfair's PKI: a CA, and the SuperLink's certificate (loopback in its names) and key, as PEM files."""
+    pki.init_ca(folder)
+    certificate = pki.issue(folder, "aggregator", "superlink", hosts=["localhost", "127.0.0.1"])
+    return folder / "ca.crt", certificate, folder / "superlink.key"
+
+
+def run_flower(settings: Settings, folder: Path, flower_bin: Path) -> Run:
+    """Flower's deployment engine: a SuperLink over TLS, three SuperNodes dialing it, `flwr run` of the example."""
+    ca, certificate, key = write_tls_files(folder)
+    home = folder / "flwr-home"
+    home.mkdir()
+    env = environment(
+        {
+            "FLWR_HOME": str(home),
+            "FLWR_DISABLE_UPDATE_CHECK": "1",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "PATH": f"{flower_bin}{os.pathsep}{os.environ['PATH']}",
+        }
+    )
+    port = free_port()
+    relay = Relay(("127.0.0.1", port))
+    parties = Parties(folder, env)
+    started = time.monotonic()
+    parties.start(
+        "server",
+        [
+            str(flower_bin / "flower-superlink"), "--ssl-ca-certfile", str(ca), "--ssl-certfile", str(certificate),
+            "--ssl-keyfile", str(key), "--disable-runtime-dependency-installation",
+            "--host", "127.0.0.1", "--port", str(port),
+        ],
+    )  # fmt: skip
+    wait_for_port(port, parties)
+    names = site_names(SITES)
+    for index, name in enumerate(names):
+        parties.start(
+            name,
+            [
+                str(flower_bin / "flower-supernode"), "--root-certificates", str(ca), "--superlink", relay.address,
+                "--port", str(free_port()), "--node-config", f"partition-id={index} num-partitions={SITES}",
+            ],
+        )  # fmt: skip
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "bench"\n\n[superlink.bench]\naddress = "127.0.0.1:{port}"\n'
+        f'root-certificates = "{ca}"\n'
+    )
+    result = folder / "flower.json"
+    run_config = (
+        f"num-server-rounds={settings.rounds} rho={settings.rho} epsilon={settings.epsilon} "
+        f"local-steps={settings.local_steps} lr={settings.lr} threshold-lr={settings.lr} seed={settings.seed} "
+        f"batch-fraction={settings.batch_fraction} result-file='{result}'"
+    )
+    try:
+        done = subprocess.run(
+            [str(flower_bin / "flwr"), "run", str(EXAMPLE), "bench", "--stream", "--run-config", run_config],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300 + 120 * settings.rounds,
+        )
+    finally:
+        wall = time.monotonic() - started
+        parties.stop()
+        relay.close()
+    if done.returncode != 0 or not result.exists():
+        raise RuntimeError(f"flwr run failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}\n{parties.logs()}")
+    trained = json.loads(result.read_text())
+    return Run("Flower", wall, parties.cpu(), relay.up, relay.down, trained["theta"], float(trained["c"]))
+
+
+def relative(a: list[float], b: list[float]) -> float:
+    x, y = np.asarray(a), np.asarray(b)
+    return float(np.linalg.norm(x - y) / np.linalg.norm(y))
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else argv
+    if arguments[:1] == ["party"]:
+        return party(Path(arguments[1]), arguments[3:])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each system, interleaved (default 2)")
+    parser.add_argument("--batch-fraction", type=float, default=0.03, help="b_k = round(f n_k) (default 0.03)")
+    parser.add_argument("--secure", action="store_true", help="fedfair with its secure sums (fixed point)")
+    parser.add_argument("--flower-venv", type=Path, default=ROOT / ".venv-flower", help="make test-flower's venv")
+    parser.add_argument("--json", type=Path, help="also write the result here")
+    args = parser.parse_args(arguments)
+    flower_bin = args.flower_venv.resolve() / "bin"
+    if not (flower_bin / "flwr").exists():
+        parser.error(f"no Flower in {args.flower_venv}; build it with `make test-flower` (or pass --flower-venv)")
+    settings = Settings(rounds=args.rounds, batch_fraction=args.batch_fraction)
+    runs: list[Run] = []
+    with tempfile.TemporaryDirectory(prefix="flower-bench-") as scratch:
+        for repeat in range(args.repeats):
+            for system in ("fedfair", "flower"):
+                folder = Path(scratch) / f"{system}-{repeat}"
+                folder.mkdir()
+                if system == "fedfair":
+                    runs.append(run_fedfair(settings, folder, args.secure))
+                else:
+                    runs.append(run_flower(settings, folder, flower_bin))
+                print(json.dumps(runs[-1].summary(settings.rounds)), file=sys.stderr, flush=True)
+    ours = [run for run in runs if run.system.startswith("fedfair")]
+    flowers = [run for run in runs if run.system == "Flower"]
+    document = {
+        "settings": vars(settings) | {"sites": SITES, "secure": args.secure, "task": "examples/flower-fedsrcvar"},
+        "runs": [run.summary(settings.rounds) for run in runs],
+        "equality": {
+            "theta_average_relative": relative(flowers[0].theta_average, ours[0].theta_average),
+            "c_average_difference": abs(flowers[0].c_average - ours[0].c_average),
+            "repeats_identical": all(run.theta_average == ours[0].theta_average for run in ours)
+            and all(run.theta_average == flowers[0].theta_average for run in flowers),
+        },
+    }
+    publish(document, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

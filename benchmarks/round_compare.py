@@ -1,0 +1,199 @@
+"""A secure round's CPU and memory against a pinned earlier commit: per party, per step, interleaved.
+
+    python benchmarks/round_compare.py [--reference COMMIT] [--runs K] [--sizes D:N ...] [--json PATH]
+
+For each size (d parameters, n collaborators; by default d = 10^6 with n = 10 and d = 10^7 with n = 3) the
+script runs ``round_bench.py --quick`` (plain and secure federations, collaborators as threads of one
+process, real gRPC over loopback mutual TLS, 2 measured rounds after a warm-up) K times in this checkout and K
+times in a checkout of the reference commit, alternating which goes first, so that a shared machine's drift
+slows both alike. Each run is one process, ``round_profile.py``, which times every step a party takes on its
+own thread's CPU clock. CPU seconds, not wall time: the load of other processes changes wall time, not
+the CPU a step spends (only a little, through caches). The reference's checkout is a git worktree under
+``build/`` made on first use; it runs with this checkout's environment, its own ``fedfair`` first on the path.
+
+Reported, per size: for each tree the median over runs of each party's CPU in a round (``party_cpu_seconds``,
+round_bench's: its task handlers and its round job on their threads' clocks), secure and plain, and the peak
+resident memory of each run's process (every party's and the aggregator's, so n parties' copies);
+``secure_party_cpu_ratio``, this checkout's secure party CPU over the reference's (the medians'), and
+``secure_party_cpu_ratios``, each interleaved pair's; ``steps``: per step of a party's secure round (the
+encoding, each stage's client step, the model chain's checks), the median CPU of one call at the sum's length in
+each tree, and their difference: where a round's extra CPU goes. ``make bench-round`` runs this against the
+pinned reference and prints the table; run it after any change to the secure round's code path (secagg, the
+collaborator's steps, the chain, the transport) and before merging it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from published import publish
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = "6692f28"
+"""The commit this project's round cost is held to (issue 97): the secure round before the verified chain."""
+SIZES = ((10**6, 10), (10**7, 3))
+RUNS = 3
+
+
+def checkout(commit: str) -> Path:
+    """A checkout of `commit` (a detached git worktree under build/), made on first use."""
+    tree = ROOT / "build" / f"reference-{commit}"
+    if not (tree / "benchmarks" / "round_bench.py").is_file():
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), commit], check=True)
+    return tree
+
+
+def run_tree(tree: Path, dimension: int, parties: int) -> dict[str, Any]:
+    """One round_bench --quick of `tree` at (d, n), its party steps timed (round_profile.py); its document."""
+    with tempfile.TemporaryDirectory(prefix="fedfair-round-compare-") as folder:
+        out = Path(folder) / "profile.json"
+        command = [sys.executable, str(ROOT / "benchmarks" / "round_profile.py"), str(tree), str(out), "--"]
+        command += ["--quick", "--dimensions", str(dimension), "--parties", str(parties)]
+        environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])}
+        subprocess.run(command, cwd=tree, env=environment, check=True, stdout=subprocess.DEVNULL)
+        document: dict[str, Any] = json.loads(out.read_text())
+        return document
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One tree's runs at one size: the medians of round_bench's figures, every peak, each step's median call."""
+    by_setting = {
+        secure: [next(r for r in run["bench"]["results"] if r["secure"] is secure) for run in runs]
+        for secure in (False, True)
+    }
+    steps: dict[str, float] = {}
+    for label in sorted({label for run in runs for label in run["steps"]}):
+        calls = [run["steps"].get(label, {}) for run in runs]
+        longest = max(int(length) for call in calls for length in call)
+        steps[label] = statistics.median(seconds for call in calls for seconds in call.get(str(longest), []))
+    return {
+        "secure_party_cpu_seconds": statistics.median(r["party_cpu_seconds"] for r in by_setting[True]),
+        "plain_party_cpu_seconds": statistics.median(r["party_cpu_seconds"] for r in by_setting[False]),
+        "secure_party_cpu_seconds_each": [r["party_cpu_seconds"] for r in by_setting[True]],
+        "secure_process_cpu_seconds": statistics.median(r["process_cpu_seconds"] for r in by_setting[True]),
+        "secure_peak_rss_mb_each": [r["peak_rss_mb"] for r in by_setting[True]],
+        "plain_peak_rss_mb_each": [r["peak_rss_mb"] for r in by_setting[False]],
+        "step_cpu_seconds": steps,
+    }
+
+
+def compare(dimension: int, parties: int, trees: dict[str, Path], runs: int) -> dict[str, Any]:
+    """Both trees at (d, n), `runs` times each, alternating which runs first; the comparison."""
+    documents: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+    for index in range(runs):
+        for name in list(trees)[:: 1 if index % 2 == 0 else -1]:
+            documents[name].append(run_tree(trees[name], dimension, parties))
+            each = documents[name][-1]["bench"]["results"]
+            print(
+                f"d={dimension} n={parties} {name:9} run {index + 1}: "
+                + ", ".join(
+                    f"{'secure' if r['secure'] else 'plain'} {r['party_cpu_seconds']:.3f} s a party, "
+                    f"peak {r['peak_rss_mb']:.0f} MB"
+                    for r in each
+                ),
+                file=sys.stderr,
+                flush=True,
+            )
+    head, reference = summary(documents["head"]), summary(documents["reference"])
+    steps = {
+        label: {
+            "head": head["step_cpu_seconds"].get(label),
+            "reference": reference["step_cpu_seconds"].get(label),
+        }
+        for label in sorted(set(head["step_cpu_seconds"]) | set(reference["step_cpu_seconds"]))
+    }
+    return {
+        "dimension": dimension,
+        "parties": parties,
+        "head": head,
+        "reference": reference,
+        "secure_party_cpu_ratio": head["secure_party_cpu_seconds"] / reference["secure_party_cpu_seconds"],
+        "secure_party_cpu_ratios": [
+            mine / theirs
+            for mine, theirs in zip(
+                head["secure_party_cpu_seconds_each"], reference["secure_party_cpu_seconds_each"], strict=True
+            )
+        ],
+        "steps": steps,
+    }
+
+
+def printed(result: dict[str, Any]) -> str:
+    """The comparison at one size as lines of text: the ratio, the peaks, then each step's CPU."""
+    head, reference = result["head"], result["reference"]
+    lines = [
+        f"d = {result['dimension']:,}, n = {result['parties']}: secure party CPU "
+        f"{head['secure_party_cpu_seconds']:.3f} s against {reference['secure_party_cpu_seconds']:.3f} s, "
+        f"{result['secure_party_cpu_ratio']:.2f}x (each pair: "
+        + ", ".join(f"{value:.2f}" for value in result["secure_party_cpu_ratios"])
+        + ")",
+        "  peak MB, secure: "
+        + ", ".join(f"{value:.0f}" for value in head["secure_peak_rss_mb_each"])
+        + " against "
+        + ", ".join(f"{value:.0f}" for value in reference["secure_peak_rss_mb_each"])
+        + "; plain: "
+        + ", ".join(f"{value:.0f}" for value in head["plain_peak_rss_mb_each"])
+        + " against "
+        + ", ".join(f"{value:.0f}" for value in reference["plain_peak_rss_mb_each"]),
+    ]
+    for label, spent in result["steps"].items():
+        mine, theirs = spent["head"], spent["reference"]
+        shown = [f"{1000 * value:8.2f}" if value is not None else "     n/a" for value in (mine, theirs)]
+        lines.append(f"  {label:22} {shown[0]} ms against {shown[1]} ms")
+    return "\n".join(lines)
+
+
+def size(text: str) -> tuple[int, int]:
+    """A size given as D:N."""
+    dimension, _, parties = text.partition(":")
+    return int(dimension), int(parties)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reference", default=REFERENCE, help=f"the commit compared against (default {REFERENCE})")
+    parser.add_argument(
+        "--reference-tree", type=Path, help="an existing checkout of the reference (default: one made under build/)"
+    )
+    parser.add_argument("--runs", type=int, default=RUNS, help=f"runs of each tree per size (default {RUNS})")
+    parser.add_argument(
+        "--sizes",
+        type=size,
+        nargs="+",
+        default=list(SIZES),
+        metavar="D:N",
+        help="the sizes (default 1000000:10 10000000:3)",
+    )
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    trees = {"head": ROOT, "reference": (args.reference_tree or checkout(args.reference)).resolve()}
+    results = [compare(dimension, parties, trees, args.runs) for dimension, parties in args.sizes]
+    for result in results:
+        print(printed(result), file=sys.stderr)
+    publish(
+        {
+            "benchmark": "round_compare",
+            "what": "a secure round's CPU per party and each party step's CPU, this checkout against the reference "
+            "commit, interleaved; round_bench --quick, collaborators as threads, CPU seconds on each thread's clock",
+            "reference": args.reference,
+            "runs": args.runs,
+            "results": results,
+        },
+        args.json,
+        argv,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
