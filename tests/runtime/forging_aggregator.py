@@ -16,9 +16,10 @@ site-a alone. ``one-share-to-all``: as ``one-share``, with its own floor on the 
 verdict record sent to every site (the dropped ones too), so that each site's own check is what stands. ``frame``:
 under a two-verifier input bound, the aggregator's verifier message about site-b is moved in round 1, so both
 verifiers reject site-b's honest proof (ROUND is ignored); ``python forging_aggregator.py --framing-auditor ARGS`` is
-``fedfair auditor start ARGS`` with the auditor's message moved instead. ``false-seed``: under a two-verifier input bound, the verdict record of round 1 carries another query seed
-than the one both verifiers drew, the aggregator's message about site-b recomputed under it, and site-b excluded
-(ROUND is ignored): site-b sees what an auditor that framed it would show. ``tamper-one``: under a two-verifier input
+``fedfair auditor start ARGS`` with the auditor's message moved instead. ``false-seed``: under a two-verifier input
+bound, the verdict record of round 1 carries another query seed than the one both verifiers drew, the aggregator's
+messages recomputed and signed under it, and site-b excluded (ROUND is ignored): the auditor's signatures bind the
+seed it drew, so every site refuses the record. ``tamper-one``: under a two-verifier input
 bound, the verdict record sent to site-c in round 1 has a byte of its total moved (ROUND is ignored). Used by
 tests/runtime/test_verified_sums.py and tests/runtime/test_bounded_processes.py.
 """
@@ -151,18 +152,17 @@ def frame(role: Role) -> None:
 
 def false_seed() -> None:
     """Rewrite the aggregator's verifier so round 1's verdict record carries another query seed than the one both
-    verifiers drew, the aggregator's message about site-b (party 2) recomputed under it and signed, and site-b moved
-    from accepted to excluded: the record checks at every site, site-b has no dispute, and the honest auditor's
-    message about it is not the one site-b's share for the auditor gives under the record's seed."""
+    verifiers drew, every message of the aggregator's recomputed and signed under it, and site-b (party 2) moved from
+    accepted to excluded: the auditor's messages, signed under the seed it drew, do not check under the record's."""
     receive_upload, record = RoundVerifier.receive_upload, RoundVerifier.record
     first = session_round(1, BOUNDED_TRAINING)
     framed = 2
-    kept: dict[bytes, LeaderShare] = {}  # site-b's part, by round context: the verifier drops it once decided
+    kept: dict[tuple[bytes, int], LeaderShare] = {}  # each part, by round context: the verifier drops it once decided
 
     def keeping(verifier: RoundVerifier, upload: LeaderUpload | SealedSeed) -> None:
         receive_upload(verifier, upload)
-        if isinstance(upload, LeaderUpload) and upload.party == framed:
-            kept[verifier.context.digest] = upload.share
+        if isinstance(upload, LeaderUpload):
+            kept[verifier.context.digest, upload.party] = upload.share
 
     def falsely_seeded(verifier: RoundVerifier) -> VerdictRecord:
         made = record(verifier)
@@ -170,13 +170,12 @@ def false_seed() -> None:
         if context.round != first or framed not in made.accepted:
             return made
         seed = bytes(32)
-        share = kept[context.digest]
-        message = Verifier(context.layout(framed), Role.LEADER, seed).receive(framed, share)
-        data, signature = sign(verifier._identity_key, context.digest, message)
-        evidence = {
-            **made.evidence,
-            framed: dataclasses.replace(made.evidence[framed], leader_message=data, leader_signature=signature),
-        }
+        evidence = {}
+        for party, item in made.evidence.items():
+            share = kept[context.digest, party]
+            message = Verifier(context.layout(party), Role.LEADER, seed).receive(party, share)
+            data, signature = sign(verifier._identity_key, context.digest, seed, message)
+            evidence[party] = dataclasses.replace(item, leader_message=data, leader_signature=signature)
         accepted = tuple(party for party in made.accepted if party != framed)
         moved = dataclasses.replace(
             made, query_seed=seed, accepted=accepted, excluded={**made.excluded, framed: ("moved",)}, evidence=evidence

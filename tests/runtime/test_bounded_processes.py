@@ -333,10 +333,10 @@ def test_an_aggregator_that_frames_an_honest_site_is_named_at_every_site_and_the
 @pytest.mark.slow
 def test_an_auditor_that_frames_a_site_is_named_by_that_site_alone(tmp_path: Path, processes: Processes) -> None:
     """Issue 94's limit: the auditor moves its own verifier message about honest site-b. Site-b finds the auditor's
-    message is not the one its share for the auditor gives and stops naming the auditor (FRAMED, exit 2); it shows
-    nobody, as showing it would take that share, which with the aggregator's part is its update. The others cannot
-    tell it from a liar: they name site-b a liar and their rounds apply without it (docs/security.md, "A framed
-    site")."""
+    message, signed under the record's query seed, is not the one its share for the auditor gives under that seed and
+    stops naming the auditor alone (FRAMED, exit 2); it shows nobody, as showing it would take that share, which with
+    the aggregator's part is its update. The others cannot tell it from a liar: they name site-b a liar and their
+    rounds apply without it (docs/security.md, "A framed site")."""
     framed, honest = "site-b", ("site-a", "site-c")
     workspace = bounded_workspace(tmp_path)
     aggregator = processes.aggregator(workspace)
@@ -347,7 +347,8 @@ def test_an_auditor_that_frames_a_site_is_named_by_that_site_alone(tmp_path: Pat
     assert (
         "aggregate-refused: round 1:" in said
         and "FRAMED" in said
-        and "the auditor framed it, or the aggregator wrote a false query seed" in said
+        and "which the auditor signed it under: the auditor framed it" in said
+        and "or the aggregator wrote" not in said
     ), said[-3000:]
     assert aggregator.wait(300) == 0, processes.tail()
     log = read_round_log(workspace.output)
@@ -359,23 +360,23 @@ def test_an_auditor_that_frames_a_site_is_named_by_that_site_alone(tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_an_aggregator_that_writes_a_false_query_seed_is_not_passed_off_as_the_auditor(
+def test_an_aggregator_that_writes_a_false_query_seed_is_named_by_every_site(
     tmp_path: Path, processes: Processes
 ) -> None:
-    """Red team of issue 94: nothing the auditor signs binds the verdict record's query seed, so the aggregator alone
-    writes another seed in round 1's record, its own message about honest site-b recomputed under it, and site-b
-    excluded (forging_aggregator.py, ``false-seed``). The record checks and site-b has no dispute; the honest auditor's
-    message is not the one site-b's share gives under that seed. Site-b stops (FRAMED, exit 2) naming both verifiers,
-    not the auditor alone, and no other site names site-b a liar (liars are named at VERIFY, which this round, its
-    tags withheld by the auditor from a record that accepts fewer sites than its total covers, never reaches)."""
+    """Red team of issue 94: the aggregator writes another query seed in round 1's record, its own messages recomputed
+    and signed under it, and honest site-b excluded (forging_aggregator.py, ``false-seed``). The auditor signed its
+    messages under the seed both verifiers drew, so every site refuses the record naming the aggregator (FORGED,
+    exit 2): site-b does not suspect the auditor, and no site names site-b a liar."""
     framed = "site-b"
     workspace = bounded_workspace(tmp_path)
     forging_aggregator(processes, workspace, "false-seed")
     start_auditor(processes, workspace)
     sites = {name: processes.collaborator(workspace, name) for name in NAMES}
-    assert sites[framed].wait(240) == 2, processes.tail()
-    said = "\n".join(sites[framed].lines)
-    assert "aggregate-refused: round 1:" in said and "FRAMED" in said, said[-3000:]
-    assert "the auditor framed it, or the aggregator wrote a false query seed" in said, said[-3000:]
-    for name in ("site-a", "site-c"):
-        assert f"the verdict record names {framed}" not in "\n".join(sites[name].lines), processes.tail()
+    for name, site in sites.items():
+        assert site.wait(240) == 2, (name, processes.tail())
+        said = "\n".join(site.lines)
+        assert "aggregate-refused: round 1:" in said and "FORGED" in said, (name, said[-3000:])
+        assert "the aggregator's record is false" in said, (name, said[-3000:])
+        assert "not signed by the auditor under this query seed" in said, (name, said[-3000:])
+        assert "the auditor framed it" not in said, (name, said[-3000:])
+        assert f"the verdict record names {framed}" not in said, (name, said[-3000:])

@@ -133,15 +133,15 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
     excluded site's dispute is in (:func:`verify`). A site the record leaves out disputes it when the aggregator's own
     message about it is the false one (:meth:`BoundedSite.dispute`): it uploads the part it sent the aggregator, which
     every accepted site is shown at VERIFY, then stops (FRAMED) instead of withdrawing as a liar. One the auditor's
-    message leaves out, where that message is not the one its share gives under the record's query seed, stops
-    (FRAMED) naming the auditor or a false seed from the aggregator (it cannot tell which), and shows nothing: that
-    would take its update.
+    message leaves out, where that message is not the one its share gives under the record's query seed (which the
+    auditor signed it under), stops (FRAMED) naming the auditor, and shows nothing: that would take its update. A
+    record with another query seed than the verifiers drew does not hold up (FORGED, naming the aggregator).
 
     Raises:
         VerificationError: the record does not hold up against both verifiers' signed evidence and the auditor's
             signed total (FORGED), is unreadable (MALFORMED), or accepts fewer sites than the plan's threshold
             (BELOW_FLOOR): the aggregator misbehaves, and the process stops rather than withdraw; FRAMED, the auditor's
-            message about this site is false, or the record's query seed is.
+            message about this site is false.
         RefusedError: reason :attr:`Refusal.WITHDRAWN` when this site did not share this round, or the record names
             it a liar and it cannot show otherwise (its update is not in the sum).
     """
@@ -190,14 +190,13 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
             f"accepted site ({where})",
         )
         return dispute.to_bytes()
-    if site.auditor_message_false():
+    if site.auditor_framed():
         raise VerificationError(
             work.round,
             VerifyReason.FRAMED,
             "the verdict record names this site a liar, but the auditor's signed verifier message about it is not the "
-            "one this site's share for the auditor gives under the record's query seed: the auditor framed it, or the "
-            "aggregator wrote a false query seed in the record (nothing the auditor signed binds the seed), and this "
-            "site cannot tell which. Showing it would take that share, "
+            "one this site's share for the auditor gives under the record's query seed, which the auditor signed it "
+            "under: the auditor framed it. Showing it would take that share, "
             "which with the aggregator's part is this site's update, so it is shown to nobody; the other sites name "
             f"this site a liar for round {work.round} (docs/security.md, 'A framed site'; {where})",
         )

@@ -153,9 +153,9 @@ def bounded_check_lines(trained_noise: bool) -> list[str]:
         "a site lost after its tags costs no round",
         "a site whose proof fails is left out and named a liar by every site's own check of the verdict record; a "
         "site the aggregator's false verifier message leaves out shows it with the part it sent the aggregator, and "
-        "every site refuses the round naming the aggregator (FRAMED); one the auditor's message leaves out, where "
-        "that message or the record's query seed is false, stops naming both verifiers (it cannot tell which lied), "
-        "but cannot show it without revealing its update",
+        "every site refuses the round naming the aggregator (FRAMED); both verifiers sign their messages under the "
+        "record's query seed, so a record with another seed is refused naming the aggregator (FORGED), and one the "
+        "auditor's false message leaves out stops naming the auditor, but cannot show it without revealing its update",
         "evaluation sums: masked, as without the input bound",
     ]
 

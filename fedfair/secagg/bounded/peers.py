@@ -107,8 +107,8 @@ class BoundedSite:
 
         False: not the one the part this site sent the aggregator gives under the record's query seed
         (:func:`framing`); the aggregator is then shown to lie whatever the verdict with the true message. None: the
-        aggregator's message is the one the part gives under the record's query seed, a seed the aggregator alone
-        writes there (:meth:`auditor_message_false`).
+        aggregator's message is the one the part gives under the record's query seed, a seed both verifiers signed
+        their messages under (:meth:`auditor_framed`).
 
         Raises:
             ProtocolError: this site has checked no record this round, or the record does not exclude it (it accepts
@@ -123,14 +123,12 @@ class BoundedSite:
             return None
         return dispute
 
-    def auditor_message_false(self) -> bool:
-        """DECIDE, for an excluded site with no :meth:`dispute`: whether the auditor's message about it looks false.
+    def auditor_framed(self) -> bool:
+        """DECIDE, for an excluded site with no :meth:`dispute`: whether the auditor's message about it is false.
 
-        False: not the one this site's own share for the auditor gives under the record's query seed. Then the auditor
-        framed this site, or the aggregator wrote another query seed in the record than the one both verifiers drew,
-        its own message recomputed under it: nothing the auditor signed binds the seed, so this site cannot tell which
-        of the two lied. It cannot show either to anyone without that share, which with the aggregator's part is its
-        update.
+        False: not the one this site's own share for the auditor gives under the record's query seed. The auditor
+        signed its message under that seed (a record with another seed does not check), so the auditor framed this
+        site. It cannot show that to anyone without that share, which with the aggregator's part is its update.
 
         Raises:
             ProtocolError: this site has checked no record this round, or the record does not exclude it (it accepts
@@ -298,8 +296,9 @@ class Auditor:
 
         Raises:
             AuthenticationError: the record is not signed by the aggregator for this round.
-            ProtocolError: the auditor sent no total this round, tagged a record already, or the record accepts other
-                sites than its total covers (its tags would let a total over other sites pass): it withholds them.
+            ProtocolError: the auditor sent no total this round, tagged a record already, the record carries another
+                query seed than the verifiers drew, or accepts other sites than its total covers (its tags would let a
+                total over other sites pass): it withholds them.
         """
         helper = self._helper
         context = helper.context
@@ -307,6 +306,10 @@ class Auditor:
             raise AuthenticationError("the verdict record is not signed by the aggregator for this round")
         if self.tagged:
             raise ProtocolError("the auditor tags one verdict record per round, and it tagged one already")
+        if record.query_seed != helper.query_seed:
+            raise ProtocolError(
+                "the verdict record carries another query seed than the one both verifiers drew: it withholds its tags"
+            )
         if tuple(record.accepted) != helper.accepted:
             raise ProtocolError(
                 f"the verdict record accepts parties {list(record.accepted)}, but the auditor's total covers "

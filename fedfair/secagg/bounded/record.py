@@ -35,7 +35,8 @@ from fedfair.secagg.wire import SIGNATURE_LIMIT
 class VerdictRecord:
     """The aggregator's signed account of a bounded sum's verdicts.
 
-    query_seed: the verifiers' query seed, revealed now that uploads are closed (it lets a dispute be settled).
+    query_seed: the verifiers' query seed, revealed now that uploads are closed (it lets a dispute be settled). Both
+        verifiers signed each of their messages under it, so it is the one they drew, or the evidence fails to check.
     accepted: the parties in the sum, in increasing order.
     excluded: party -> the reasons its proof failed, for each party left out of the sum.
     evidence: party -> both verifiers' signed messages, for every accepted and excluded party.
@@ -138,7 +139,8 @@ def check_round_evidence(
 
     Raises:
         AuthenticationError: the record is not signed by the aggregator for this round, or a verifier message
-            is not signed by the verifier it is from (the error names it).
+            is not signed by the verifier it is from under the record's query seed (the aggregator's record is false:
+            a seed other than the one both verifiers drew, or a message moved; the error names the aggregator).
         ProtocolError: a verdict does not follow from its evidence, a party is both accepted and excluded, a
             decided party has no evidence, or its messages are not of the parts it signed (the aggregator's record is
             false; the error names the party).
@@ -172,9 +174,13 @@ def check_round_evidence(
         ):
             raise ProtocolError(f"the verifiers' messages about party {party} are not of two parts it signed")
         try:
-            verdict = check_evidence(layout, context.digest, evidence, context.aggregator_key, context.auditor_key)
+            verdict = check_evidence(
+                layout, context.digest, record.query_seed, evidence, context.aggregator_key, context.auditor_key
+            )
         except ProtocolError as error:
-            raise AuthenticationError(f"party {party}'s evidence: {error}") from None
+            # The record is the aggregator's: a message it files there that its verifier did not sign under the
+            # record's query seed (a false seed, or a message moved) is the aggregator's lie, whichever verifier's.
+            raise AuthenticationError(f"the aggregator's record is false: party {party}'s evidence: {error}") from None
         if verdict.accepted != (party in record.accepted):
             marked = "accepted" if party in record.accepted else "excluded"
             raise ProtocolError(

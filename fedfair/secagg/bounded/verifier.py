@@ -139,35 +139,44 @@ def decide(layout: Layout, leader: VerifierMessage, helper: VerifierMessage) -> 
     return Verdict(leader.party, not reasons, tuple(reasons))
 
 
-def sign(key: ec.EllipticCurvePrivateKey, context: bytes, message: VerifierMessage) -> tuple[bytes, bytes]:
-    """The message's bytes and the verifier's identity signature (ECDSA-SHA256) over the round's ``context`` and them."""
+def sign(
+    key: ec.EllipticCurvePrivateKey, context: bytes, query_seed: bytes, message: VerifierMessage
+) -> tuple[bytes, bytes]:
+    """The message's bytes and the verifier's signature over the round's ``context``, its ``query_seed`` and them.
+
+    The signature is the identity key's ECDSA-SHA256. The message is a function of its part and the query seed
+    (:class:`VerifierMessage`): signing the seed with it means a message shown under another seed than its verifier
+    drew is not its verifier's (the verdict record's seed is bound by both verifiers' signatures, so the aggregator
+    alone cannot write another one there).
+    """
     data = message.to_bytes()
-    return data, identity.sign(key, _signed_payload(context, data))
+    return data, identity.sign(key, _signed_payload(context, query_seed, data))
 
 
-def is_signed(key: ec.EllipticCurvePublicKey, context: bytes, data: bytes, signature: bytes) -> bool:
-    """Whether ``signature`` is ``key``'s signature of a verifier message's bytes ``data`` in the round ``context``."""
-    return identity.is_valid_signature(key, signature, _signed_payload(context, data))
+def is_signed(key: ec.EllipticCurvePublicKey, context: bytes, query_seed: bytes, data: bytes, signature: bytes) -> bool:
+    """Whether ``signature`` is ``key``'s signature of a message's bytes ``data`` under ``query_seed`` in ``context``."""
+    return identity.is_valid_signature(key, signature, _signed_payload(context, query_seed, data))
 
 
 def check_evidence(
     layout: Layout,
     context: bytes,
+    query_seed: bytes,
     evidence: Evidence,
     leader_key: ec.EllipticCurvePublicKey,
     helper_key: ec.EllipticCurvePublicKey,
 ) -> Verdict:
-    """Verify both signatures and re-run :func:`decide`: the verdict any site can reach on its own.
+    """Verify both signatures under ``query_seed`` and re-run :func:`decide`: the verdict any site can reach on its own.
 
     Raises:
-        ProtocolError: a signature does not verify, or a message does not parse.
+        ProtocolError: a signature does not verify (with this query seed), or a message does not parse.
     """
     for name, key, data, signature in (
         ("aggregator", leader_key, evidence.leader_message, evidence.leader_signature),
         ("auditor", helper_key, evidence.helper_message, evidence.helper_signature),
     ):
-        if not is_signed(key, context, data, signature):
-            raise ProtocolError(f"the {name}'s verifier message is not signed by the {name}")
+        if not is_signed(key, context, query_seed, data, signature):
+            raise ProtocolError(f"the {name}'s verifier message is not signed by the {name} under this query seed")
     leader = VerifierMessage.from_bytes(layout, evidence.leader_message)
     helper = VerifierMessage.from_bytes(layout, evidence.helper_message)
     return decide(layout, leader, helper)
@@ -274,5 +283,6 @@ class Verifier:
         return self._total.copy()
 
 
-def _signed_payload(context: bytes, data: bytes) -> bytes:
-    return b"fedfair bounded v1 verifier message\x00" + struct.pack("<I", len(context)) + context + data
+def _signed_payload(context: bytes, query_seed: bytes, data: bytes) -> bytes:
+    bound = struct.pack("<I", len(context)) + context + struct.pack("<I", len(query_seed)) + query_seed
+    return b"fedfair bounded v1 verifier message\x00" + bound + data

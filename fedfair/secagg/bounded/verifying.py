@@ -102,7 +102,9 @@ class RoundVerifier:
         """A message per present party, once the query seed is drawn."""
         self._signed: dict[int, tuple[bytes, bytes]] | None = None
         """This verifier's signed messages, once it took the other's commitments."""
-        self._query_seed = b""
+        self.query_seed = b""
+        """The round's query seed, once both halves are in (empty before): what both verifiers sign their messages under,
+        and what the auditor checks the verdict record carries before it tags it."""
         self._decided = False
         """Whether every present party was decided (the other verifier's messages taken)."""
         self.verdicts: dict[int, Verdict] = {}
@@ -172,12 +174,12 @@ class RoundVerifier:
         if seed_commitment(self.context.digest, peer.half) != self._peer_roster.seed_commitment:
             raise ProtocolError("the other verifier's half of the query seed is not the one it committed to")
         halves = (self._seed_half, peer.half) if self.role is Role.LEADER else (peer.half, self._seed_half)
-        self._query_seed = query_seed(self.context.digest, *halves)
+        self.query_seed = query_seed(self.context.digest, *halves)
         messages = {}
         for party in self.present:
             bound = self.context.bounds[party]
             if bound not in self._verifiers:
-                self._verifiers[bound] = Verifier(self.context.layout(party), self.role, self._query_seed)
+                self._verifiers[bound] = Verifier(self.context.layout(party), self.role, self.query_seed)
             messages[party] = self._verifiers[bound].receive(party, self._shares.pop(party))
         self._shares.clear()  # an absent party's part is dropped unread
         self._messages = messages
@@ -199,7 +201,8 @@ class RoundVerifier:
             raise ProtocolError("the other verifier committed to messages about other parties than the present ones")
         for party, commitment in peer.entries:
             self._verifier(party).commit(party, commitment)
-        signed = {party: sign(self._identity_key, self.context.digest, messages[party]) for party in self.present}
+        seed = self.query_seed
+        signed = {party: sign(self._identity_key, self.context.digest, seed, messages[party]) for party in self.present}
         self._signed = signed
         return Reveal(tuple((party, *signed[party]) for party in self.present))
 
@@ -223,7 +226,7 @@ class RoundVerifier:
         peer_name = Role.HELPER.value if self.role is Role.LEADER else Role.LEADER.value
         parsed = {}
         for party, data, signature in peer.entries:
-            if not is_signed(peer_key, self.context.digest, data, signature):
+            if not is_signed(peer_key, self.context.digest, self.query_seed, data, signature):
                 raise AuthenticationError(
                     f"the {peer_name}'s message about party {party} is not signed by the {peer_name}"
                 )
@@ -309,7 +312,7 @@ class RoundVerifier:
         excluded = {party: self.verdicts[party].reasons for party in self.present if party not in self.accepted}
         total = field.add(self.noised_total(), self._auditor_total.total)
         commitment = noise_commitment(self.context, self._noise_key)
-        unsigned = VerdictRecord(self._query_seed, self.accepted, excluded, dict(self.evidence), commitment, total)
+        unsigned = VerdictRecord(self.query_seed, self.accepted, excluded, dict(self.evidence), commitment, total)
         return sign_record(self.context, self._identity_key, unsigned)
 
     def finish(self, auditor: AuditorTotal) -> BoundedSum:

@@ -103,12 +103,14 @@ def test_a_verifier_revealing_another_message_than_it_committed_to_is_refused() 
     outputs = honest.share.outputs.copy()
     outputs[0] = (int(outputs[0]) + 1) % field.P
     fitted = dataclasses.replace(honest, share=dataclasses.replace(honest.share, outputs=outputs))
-    refit = Reveal(((party, *sign(game.auditor_key, game.context.digest, fitted)),))
+    refit = Reveal(((party, *sign(game.auditor_key, game.context.digest, game.leader.query_seed, fitted)),))
     with pytest.raises(ProtocolError, match="auditor's message about party 0 is not the one it committed to"):
         game.leader.receive_reveal(refit)
     misfiled = dataclasses.replace(honest, received=bytes(32))  # filed under a part the party never signed
     with pytest.raises(ProtocolError, match="auditor's message about party 0 is not of the part party 0 signed for it"):
-        game.leader.receive_reveal(Reveal(((party, *sign(game.auditor_key, game.context.digest, misfiled)),)))
+        game.leader.receive_reveal(
+            Reveal(((party, *sign(game.auditor_key, game.context.digest, game.leader.query_seed, misfiled)),))
+        )
     forged = Reveal(((party, data, identity.sign(game.aggregator_key, b"anything")),))
     with pytest.raises(AuthenticationError, match="not signed by the auditor"):
         game.leader.receive_reveal(forged)
@@ -228,7 +230,7 @@ def test_a_message_filed_under_a_part_the_site_never_signed_is_refused(monkeypat
     layout = game.context.layout(LIAR)
     message = VerifierMessage.from_bytes(layout, item.leader_message)
     elsewhere = dataclasses.replace(message, received=bytes(32))
-    data, signature = sign(game.aggregator_key, game.context.digest, elsewhere)
+    data, signature = sign(game.aggregator_key, game.context.digest, record.query_seed, elsewhere)
     moved = {**record.evidence, LIAR: dataclasses.replace(item, leader_message=data, leader_signature=signature)}
     with pytest.raises(ProtocolError, match="messages about party 1 are not of two parts it signed"):
         check_round_evidence(game.context, resigned(game, record, evidence=moved), keys_of(game))
@@ -265,35 +267,63 @@ def test_a_site_that_signs_its_two_parts_apart_is_refused_at_share(monkeypatch: 
         simulated(inputs, dict.fromkeys(inputs, 1.0))
 
 
-def test_a_false_query_seed_lets_the_aggregator_alone_pass_its_framing_off_as_the_auditors() -> None:
-    """Nothing the auditor signed binds the record's query seed: an aggregator that accepted an honest site with the
-    auditor can write another seed in the record, its own message about the site recomputed under it, and mark the
-    site excluded. The record checks, the site has no dispute (the aggregator's message is the one its part gives
-    under that seed), and the auditor's true message is not the one the site's share for the auditor gives under it:
-    what the site sees is what an auditor that framed it would show, so the site must not name the auditor alone."""
+def test_a_false_query_seed_is_named_as_the_aggregators() -> None:
+    """Red team of issue 94: an aggregator that accepted an honest site with the auditor writes another seed in the
+    record, its own message about the site recomputed and signed under it, and marks the site excluded. Both
+    verifiers sign their messages under the seed they drew, so the auditor's does not check under the record's: every
+    site refuses the record naming the aggregator, and the site is never brought to suspect the auditor."""
     game, parts = honest_sites_decided()
     victim = LIAR  # honest here: the aggregator frames it
     honest_record = game.leader.record()
     assert victim in honest_record.accepted  # both verifiers accepted it under the seed they drew
 
     seed = bytes(range(32))
-    layout = game.context.layout(victim)
-    moved = Verifier(layout, Role.LEADER, seed).receive(victim, parts[victim][0].share)
-    data, signature = sign(game.aggregator_key, game.context.digest, moved)
-    item = honest_record.evidence[victim]
-    evidence = {
-        **honest_record.evidence,
-        victim: dataclasses.replace(item, leader_message=data, leader_signature=signature),
-    }
+    assert seed != honest_record.query_seed
+    evidence = {}
+    for party, item in honest_record.evidence.items():  # every message of its own recomputed and signed under it
+        moved = Verifier(game.context.layout(party), Role.LEADER, seed).receive(party, parts[party][0].share)
+        data, signature = sign(game.aggregator_key, game.context.digest, seed, moved)
+        evidence[party] = dataclasses.replace(item, leader_message=data, leader_signature=signature)
     accepted = tuple(party for party in honest_record.accepted if party != victim)
     record = resigned(
         game, honest_record, query_seed=seed, accepted=accepted, excluded={victim: ("moved",)}, evidence=evidence
     )
+    refused = "the aggregator's record is false: party 0's evidence: the auditor's verifier message is not signed"
+    with pytest.raises(AuthenticationError, match=refused):
+        check_round_evidence(game.context, record, keys_of(game))
+    # The seed alone changed, every message as both verifiers signed it: still refused, naming the aggregator.
+    with pytest.raises(
+        AuthenticationError, match="the aggregator's record is false: party 0's evidence: the aggregator"
+    ):
+        check_round_evidence(game.context, resigned(game, honest_record, query_seed=seed), keys_of(game))
+
+
+def test_an_auditor_that_frames_a_site_is_shown_to_that_site_under_the_seed_it_signed() -> None:
+    """An auditor that moves its own message about an honest site, signed under the seed both drew, makes both
+    verifiers reject the site: the record checks, the site has no dispute (the aggregator's message is the true one),
+    and the auditor's signed message is not the one the site's share for the auditor gives under that seed, which the
+    auditor's own signature binds: the auditor lied."""
+    game, parts = honest_sites_decided()
+    victim = LIAR  # honest here: the auditor frames it
+    honest_record = game.leader.record()
+    layout = game.context.layout(victim)
+    item = honest_record.evidence[victim]
+    true = VerifierMessage.from_bytes(layout, item.helper_message)
+    outputs = true.share.outputs.copy()
+    outputs[0] = (int(outputs[0]) + 1) % field.P
+    false = dataclasses.replace(true, share=dataclasses.replace(true.share, outputs=outputs))
+    data, signature = sign(game.auditor_key, game.context.digest, honest_record.query_seed, false)
+    evidence = {
+        **honest_record.evidence,
+        victim: dataclasses.replace(item, helper_message=data, helper_signature=signature),
+    }
+    accepted = tuple(party for party in honest_record.accepted if party != victim)
+    record = resigned(game, honest_record, accepted=accepted, excluded={victim: ("framed",)}, evidence=evidence)
     findings = check_round_evidence(game.context, record, keys_of(game))
     assert findings.accepted == accepted and set(findings.liars) == {victim}
     key = game.site_keys[victim].public_key()
     with pytest.raises(ProtocolError, match="its own proof failed"):
-        framing(game.context, record, Dispute(parts[victim][0]), key)  # no dispute to show
+        framing(game.context, record, Dispute(parts[victim][0]), key)  # the aggregator's message is true
     helper_share = open_seed(game.context, parts[victim][1], game.auditor_cipher, key)
-    auditors = Verifier(layout, Role.HELPER, seed).receive(victim, helper_share)
-    assert auditors.to_bytes() != item.helper_message  # the honest auditor's message looks false to the site
+    recomputed = Verifier(layout, Role.HELPER, record.query_seed).receive(victim, helper_share)
+    assert recomputed.to_bytes() == item.helper_message != data  # the auditor's signed message is the false one

@@ -11,7 +11,7 @@ from fedfair.core.errors import AuthenticationError, ConfigError, ProtocolError
 from fedfair.secagg.bounded.messages import SeedRelay, SiteShare
 from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.peers import Auditor, BoundedSite
-from fedfair.secagg.bounded.record import VerdictRecord
+from fedfair.secagg.bounded.record import VerdictRecord, sign_record
 from fedfair.secagg.bounded.server import BoundedServer
 from fedfair.secagg.bounded.shares import encode_within_bound
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND
@@ -92,7 +92,7 @@ def test_a_site_is_sent_a_record_only_after_it_shared_and_no_site_may_have_the_a
 
 def test_the_auditor_tags_one_record_the_aggregator_signed_and_no_other() -> None:
     """At DECIDE the record goes to the auditor beside the sites; it tags its total under a record the aggregator
-    signed, once."""
+    signed with the query seed both verifiers drew, once."""
     parameters, private, aggregator = bounded_parameters(SITES, round_number=3)
     server = BoundedServer(parameters, aggregator)
     auditor = Auditor(parameters, private[AUDITOR])
@@ -109,6 +109,9 @@ def test_the_auditor_tags_one_record_the_aggregator_signed_and_no_other() -> Non
     record = VerdictRecord.from_bytes(opening.inputs.to_bytes())
     with pytest.raises(AuthenticationError, match="not signed by the aggregator"):
         auditor.decide(dataclasses.replace(record, signature=b""))
+    reseeded = sign_record(server.context, aggregator, dataclasses.replace(record, query_seed=bytes(32)))
+    with pytest.raises(ProtocolError, match="another query seed than the one both verifiers drew"):
+        auditor.decide(reseeded)  # signed by the aggregator, but not under the seed the auditor drew
     server.receive_tags(auditor.decide(record))  # signed by the auditor over the record the sites are sent
     with pytest.raises(ProtocolError, match="one verdict record per round"):
         auditor.decide(record)
@@ -138,6 +141,6 @@ def test_a_site_a_record_leaves_out_as_absent_has_nothing_to_dispute_and_says_so
     assert isinstance(dropped, BoundedSite)
     findings = dropped.check(record)
     assert 3 not in findings.accepted and 3 not in findings.liars
-    for asked in (dropped.dispute, dropped.auditor_message_false):
+    for asked in (dropped.dispute, dropped.auditor_framed):
         with pytest.raises(ProtocolError, match="neither accepts nor excludes party 3"):
             asked()

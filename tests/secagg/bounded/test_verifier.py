@@ -37,19 +37,25 @@ def test_evidence_is_checked_by_signature_and_decided_by_anyone() -> None:
     leader_key, helper_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     leader_share, helper_share = make_report(LAYOUT, field.from_signed(np.full(120, 20, dtype=np.int64)))
     leader, helper = Verifier(LAYOUT, Role.LEADER, b"q" * 32), Verifier(LAYOUT, Role.HELPER, b"q" * 32)
-    leader_data, leader_signature = sign(leader_key, CONTEXT, leader.receive(1, leader_share))
-    helper_data, helper_signature = sign(helper_key, CONTEXT, helper.receive(1, helper_share))
+    leader_data, leader_signature = sign(leader_key, CONTEXT, b"q" * 32, leader.receive(1, leader_share))
+    helper_data, helper_signature = sign(helper_key, CONTEXT, b"q" * 32, helper.receive(1, helper_share))
     evidence = Evidence(
         leader_data, leader_signature, helper_data, helper_signature, b""
     )  # the party's: not checked here
     public = (leader_key.public_key(), helper_key.public_key())
-    assert check_evidence(LAYOUT, CONTEXT, evidence, *public).accepted
+    assert check_evidence(LAYOUT, CONTEXT, b"q" * 32, evidence, *public).accepted
     with pytest.raises(ProtocolError, match="auditor's verifier message is not signed"):
         check_evidence(
-            LAYOUT, CONTEXT, Evidence(leader_data, leader_signature, helper_data, leader_signature, b""), *public
+            LAYOUT,
+            CONTEXT,
+            b"q" * 32,
+            Evidence(leader_data, leader_signature, helper_data, leader_signature, b""),
+            *public,
         )
     with pytest.raises(ProtocolError, match="aggregator's verifier message is not signed"):
-        check_evidence(LAYOUT, b"another round", evidence, *public)
+        check_evidence(LAYOUT, b"another round", b"q" * 32, evidence, *public)
+    with pytest.raises(ProtocolError, match="aggregator's verifier message is not signed by the aggregator under"):
+        check_evidence(LAYOUT, CONTEXT, b"r" * 32, evidence, *public)  # the seed is bound by the signatures
 
 
 def test_a_verifier_refuses_misrouted_repeated_and_malformed_shares() -> None:
