@@ -6,7 +6,7 @@ FOLDER/known_groups.csv: a row per (method, seed, column, group) with the group'
 worst group marked, h̄ and the base rate on the same rows. No group column was used in training (the sites are the
 partition's, which may be one of the columns: Adult's and Census-Income's sites are its race groups). Trains
 nothing for the stopped methods: one whose test runs are not in the cache keeps the rows FOLDER/known_groups.csv
-had, said on stdout.
+had, said on stdout, as does every column not in --columns.
 
 With --fedminmax N, FedMinMax told each column's groups is the reference that knows them: its step and adversary
 step searched (at most N points past FedAvg's stopped step with adversary step 0.1) and stopped on validation as
@@ -76,7 +76,7 @@ def main() -> None:
     for method, (point, stop, _) in stops.items():
         runs = stopped.stopped_test_runs(study, method, args.rho, point, stop)
         if not all((args.cache / f"{run.key}.json").exists() for run in runs):
-            print(f"{METHOD_LABELS[method]}: its test runs are not in {args.cache}; its committed rows kept")
+            print(f"{METHOD_LABELS[method]}: its test runs are not in {args.cache}; its rows in known_groups.csv kept")
             continue
         results = run_all(runs, args.cache, 1, f"reading {METHOD_LABELS[method]}")
         for seed, run in enumerate(runs):
@@ -96,10 +96,18 @@ def main() -> None:
             for seed, losses in enumerate(reference.losses):
                 rows += known_group_rows(fedminmax_label(name), seed, losses, columns)
             read.add(fedminmax_label(name))
-        write_csv(args.folder / "fedminmax.csv", held_out)
-        write_csv(args.folder / "fedminmax_choice.csv", choices)
-    constants = {UNIFORM, BASE_RATE}
-    rows += [row for row in committed if row["method"] not in read | constants]
+        told = {fedminmax_label(name) for name in names}
+        for name, fresh in (("fedminmax.csv", held_out), ("fedminmax_choice.csv", choices)):
+            # Another column's FedMinMax, told it in an earlier call, stays.
+            kept = (
+                [row for row in read_csv(args.folder / name) if row["method"] not in told]
+                if (args.folder / name).exists()
+                else []
+            )
+            write_csv(args.folder / name, fresh + kept)
+    # A committed row not measured again stays: another method's, or another column's.
+    measured = read | {UNIFORM, BASE_RATE}
+    rows += [row for row in committed if row["method"] not in measured or row["column"] not in names]
     # The constants on the same rows.
     federation = federation_for(first.flags, "test")
     labels = federation.pooled("test").labels.numpy()
