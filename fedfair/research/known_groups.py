@@ -90,10 +90,11 @@ def fedminmax_reference(
 ) -> Reference:
     """FedMinMax told `column`'s groups, stopped and tested as the stopped study does every method.
 
-    Its step and adversary step (`stopped.MAIN_KNOB`) are searched from `start` under the edge rule, at most
-    `search_runs` points past it, the odd one on the step, each judged by its stopped validation worst-`rho` risk,
-    the criterion every other row of the known-groups table was chosen by; then the chosen point trains exactly its
-    stop round on the study's test seeds. Its rows are labelled `fedminmax_label`.
+    Its step and adversary step (`stopped.MAIN_KNOB`) are searched from `start` under the edge rule, one rung along
+    one axis at a time, at most `search_runs` points past it on the two axes together (`stopped.choose`: the step's
+    rungs come first, so 2 runs try the steps either side alone), each judged by its stopped validation worst-`rho`
+    risk, the criterion every other row of the known-groups table was chosen by; then the chosen point trains
+    exactly its stop round on the study's test seeds. Its rows are labelled `fedminmax_label`.
 
     Raises:
         ConfigError: every checkpoint of the chosen point diverged (no stop round to test).
