@@ -4,17 +4,24 @@ FedSRCVaR's claim is about groups nobody labelled: its worst-rho risk bounds the
 rho of the rows. Its paper checks it against groups that *are* known (race, sex), where a method that knows them
 (FedMinMax) is the reference. Here each stopped test run's kept per-row losses (`Run.row_losses`) are read by the
 group columns of the same test rows, so the table costs no training beyond the runs already kept; h̄ and the base
-rate get the same rows (issue 96).
+rate get the same rows (issue 96). FedMinMax, told one column's groups, is stopped and tested as every other method
+of the table (`fedminmax_reference`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fedfair.core.errors import ConfigError
+from fedfair.research import stopped, stopping
+from fedfair.research.runs import row_losses, run_all
+from fedfair.research.study import Point, Study
 
 
 def group_risks(losses: np.ndarray, groups: np.ndarray) -> dict[str, tuple[int, float]]:
@@ -52,3 +59,56 @@ def known_group_rows(
             for group, (count, risk) in risks.items()
         ]
     return rows
+
+
+def fedminmax_label(column: str) -> str:
+    """FedMinMax's name in the tables when told `column`'s groups, e.g. ``FedMinMax (knows race)``."""
+    return f"FedMinMax (knows {column})"
+
+
+@dataclass(frozen=True)
+class Reference:
+    """FedMinMax told one column's groups, stopped and tested (`fedminmax_reference`)."""
+
+    held_out: list[dict[str, Any]]
+    """Its test runs' ``stopped.csv`` rows (`stopped.held_out_row`), one per seed."""
+    choice: dict[str, Any]
+    """Its ``stopped_choice.csv`` row: the point chosen, its stop, the points tried, the CPU seconds."""
+    losses: list[np.ndarray]
+    """Each test seed's held-out row losses, in the test rows' order."""
+
+
+def fedminmax_reference(
+    study: Study,
+    column: str,
+    rho: float,
+    start: Point,
+    cache_folder: Path,
+    workers: int,
+    search_runs: int,
+    ceilings: Sequence[int] = stopping.CEILINGS,
+) -> Reference:
+    """FedMinMax told `column`'s groups, stopped and tested as the stopped study does every method.
+
+    Its step and adversary step (`stopped.MAIN_KNOB`) are searched from `start` under the edge rule, one rung along
+    one axis at a time, at most `search_runs` points past it on the two axes together (`stopped.choose`: the step's
+    rungs come first, so 2 runs try the steps either side alone), each judged by its stopped validation worst-`rho`
+    risk, the criterion every other row of the known-groups table was chosen by; then the chosen point trains
+    exactly its stop round on the study's test seeds. Its rows are labelled `fedminmax_label`.
+
+    Raises:
+        ConfigError: every checkpoint of the chosen point diverged (no stop round to test).
+    """
+    told = dataclasses.replace(study, methods=("fedminmax",), groups=column)
+    knob_runs = search_runs // 2
+    chosen = stopped.choose(
+        told, rho, {"fedminmax": start}, cache_folder, workers, search_runs - knob_runs, ceilings, knob_runs
+    )
+    stop = chosen["fedminmax"].stop.round
+    if stop is None:
+        raise ConfigError(f"FedMinMax told {column} diverged at every point tried from {start.describe('fedminmax')}")
+    held_out, choices, _ = stopped.stopped_rows(told, rho, chosen, cache_folder, workers)
+    runs = stopped.stopped_test_runs(told, "fedminmax", rho, chosen["fedminmax"].point, stop)
+    results = run_all(runs, cache_folder, workers, f"reading {fedminmax_label(column)}")  # trained just above
+    label = {"method": fedminmax_label(column)}
+    return Reference([row | label for row in held_out], choices[0] | label, [row_losses(results[run]) for run in runs])

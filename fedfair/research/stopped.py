@@ -38,9 +38,11 @@ MAIN_KNOB: dict[str, tuning.Axis] = {
     "term": tuning.TILT,
     "propfair": tuning.CEILING,
     "deltafl": tuning.LEVEL,
+    "fedminmax": tuning.ADVERSARY,
 }
 """Each method's own main knob, re-chosen at its stopped budget beside the step: what sets the method apart
-(FedAvg's local steps, FedAvgM's momentum), the axis whose choice the round budget moves most."""
+(FedAvg's local steps, FedAvgM's momentum, FedMinMax's adversary step), the axis whose choice the round budget moves
+most."""
 
 PRUNE_MARGIN = 0.1
 """How much worse (validation worst-rho risk, nats) than the incumbent a candidate must be at the pruning round to
@@ -59,6 +61,7 @@ def knob_value(point: Point, axis: tuning.Axis) -> float:
         tuning.EPSILON.name: point.epsilon,
         tuning.LOCAL_STEPS.name: float(point.local_steps),
         tuning.MOMENTUM.name: point.momentum,
+        tuning.ADVERSARY.name: point.adversary_lr,
     }.get(axis.name, point.setting if axis.name in OWN_SETTING_AXES else None)
     if value is None:
         raise ConfigError(f"the point {point.describe()} sets no {axis.name}: choose its knob from a tuned point")
@@ -80,6 +83,8 @@ def with_knob(point: Point, axis: tuning.Axis, value: float) -> Point:
         return dataclasses.replace(point, momentum=value)
     if name == tuning.LOCAL_STEPS.name:
         return dataclasses.replace(point, local_steps=int(value))
+    if name == tuning.ADVERSARY.name:
+        return dataclasses.replace(point, adversary_lr=value)
     if name in OWN_SETTING_AXES:
         return dataclasses.replace(point, setting=value)
     raise ConfigError(f"{name} is no knob the stopped search moves: use one of MAIN_KNOB's axes or the step")

@@ -70,6 +70,9 @@ class Study:
     """`--loss-rows` of the methods that read losses every round (0: all rows)."""
     split: PaperSplit = PaperSplit("race", 3)
     """How the runs split the dataset into clients."""
+    groups: str | None = None
+    """The sensitive column FedMinMax is told (`--groups`; None: simulate's default, the partition column). No
+    other method's runs name it: they never see a group."""
 
     @property
     def rhos(self) -> tuple[float, ...]:
@@ -96,7 +99,8 @@ class Study:
         device = [] if self.device == "cpu" else ["--device", self.device]
         # Likewise the loss rows: a run that reads every row keeps the key it always had.
         rows = ["--loss-rows", str(self.loss_rows)] if self.loss_rows and method in LOSS_METHODS else []
-        return [*flags, "--rounds", str(p.rounds), "--seed", str(seed), *device, *rows]
+        groups = ["--groups", self.groups] if self.groups is not None and method == "fedminmax" else []
+        return [*flags, "--rounds", str(p.rounds), "--seed", str(seed), *device, *rows, *groups]
 
     def grid(self, method: str, rho: float) -> list[Point]:
         """The hyperparameter points of `method` at `rho` (under the tuning protocol: its starting grid)."""

@@ -6,6 +6,7 @@ one-round formulas, which hold for any data); behaviour is checked on real Adult
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -605,6 +606,60 @@ def test_fedminmax_weights_ascend_on_group_risks_within_the_simplex() -> None:
     worse = int(np.argmax(risks))
     assert mixtures[2][worse] > mixtures[1][worse]
     assert np.allclose(result.group_weights, mixtures[-1])
+
+
+def test_fedminmax_reaches_the_minimax_point_of_two_groups_with_a_known_saddle() -> None:
+    # A constant-feature model: only its logit's bias z moves, p = sigmoid(z), and group a's risk is the
+    # cross-entropy -q_a ln p - (1 - q_a) ln(1 - p) of its positive share q_a. With q_0 = 0.9 (80 rows) and
+    # q_1 = 0.7 (20 rows), R_0 - R_1 = (q_0 - q_1) z: group 1 is the worse one wherever z > 0, so
+    # max_a R_a = R_1 there, minimised at p = q_1. The saddle is mu* = (0, 1), p* = 0.7, value H(0.7); ERM's
+    # pooled share 0.86 leaves group 1 at H(0.7) + KL(0.7 || 0.86) = H(0.7) + 0.085.
+    positives, sizes = (0.9, 0.7), (80, 20)
+    rows = [
+        (group, label)
+        for group, (q, n) in enumerate(zip(positives, sizes))
+        for label in [1] * round(q * n) + [0] * round((1 - q) * n)
+    ]
+    clients = [rows[0:50] + rows[80:90], rows[50:80] + rows[90:100]]  # both groups at both sites
+    parts = [(np.zeros((len(rows_k), 1)), np.array([label for _, label in rows_k])) for rows_k in clients]
+    federation = with_groups(
+        federation_from_arrays(["a", "b"], parts, parts, 2),
+        [np.array([group for group, _ in rows_k]) for rows_k in clients],
+        ["q0.9", "q0.7"],
+    )
+    lr, rounds = 2.0, 30
+    config = replace(training(rounds=rounds, batch_size=0), local=LocalConfig(local_steps=1, lr=lr))
+    result = run_fedminmax(task_on(federation, config, record_every=1), FedMinMaxSettings(adversary_lr=2.0))
+    fedavg = run_fedavg(task_on(federation, config), FedAvgSettings())
+
+    def group_risks(theta: torch.Tensor) -> np.ndarray:
+        losses = np.concatenate([evaluate(result.model, theta, client).losses for client in federation.train])
+        groups = np.concatenate(federation.train_groups)
+        return np.array([losses[groups == group].mean() for group in (0, 1)])
+
+    def entropy(q: float) -> float:
+        return -q * math.log(q) - (1 - q) * math.log(1 - q)
+
+    # The worst group's weight stays at its share 0.2 in round 1 (the zero model ties the groups), then rises every
+    # round to 1 and stays there.
+    weights = [record["mu_1"] for record in result.history]
+    saturated = weights.index(1.0)
+    assert weights[0] == pytest.approx(0.2, abs=1e-12)
+    assert all(later > earlier for earlier, later in zip(weights[:saturated], weights[1 : saturated + 1]))
+    assert weights[saturated:] == [1.0] * (rounds - saturated) and result.group_weights.tolist() == [0.0, 1.0]
+    # With one full-batch local step the round is a gradient step on sum_a mu_a R_a: z <- z - lr (p - m) with
+    # m = sum_a mu_a q_a in [0.7, 0.86], never past its target (lr sigmoid' <= lr / 4 < 1), so z stays in
+    # [0, logit 0.86] and |z - z*| <= logit 0.86 - logit 0.7. Once mu = (0, 1) each round contracts z - z* by at
+    # least 1 - lr * 0.86 * 0.14 (sigmoid' at logit 0.86, its least on that range); then |p - 0.7| <= |z - z*| / 4
+    # and R_1 - H(0.7) = KL(0.7 || p) <= (p - 0.7)^2 / (p (1 - p)), with p (1 - p) >= 0.86 * 0.14.
+    logit = lambda p: math.log(p / (1 - p))  # noqa: E731
+    gap = (logit(0.86) - logit(0.7)) * (1 - lr * 0.86 * 0.14) ** (rounds - saturated - 1)
+    tolerance = (gap / 4) ** 2 / (0.86 * 0.14)
+    assert tolerance < 1e-3  # the run is long enough for the bound to be far inside ERM's 0.085
+    worst = group_risks(result.state.theta).max()
+    assert abs(worst - entropy(0.7)) <= tolerance
+    erm_worst = group_risks(fedavg.state.theta).max()
+    assert erm_worst - entropy(0.7) == pytest.approx(0.7 * math.log(0.7 / 0.86) + 0.3 * math.log(0.3 / 0.14), abs=1e-3)
 
 
 def test_fedminmax_with_loss_rows_ascends_on_reweighted_sampled_group_risks() -> None:
