@@ -344,6 +344,8 @@ def test_interim_answers_need_a_noised_final_one() -> None:
         (10, {"secure_aggregation": {"max_colluding": 1}, "quorum": {"min_collaborators": 10}}, 6),
         (10, {"secure_aggregation": {"max_colluding": 1, "threshold": 8}, "quorum": {"min_collaborators": 10}}, 8),
         (3, {"secure_aggregation": {"max_colluding": 0}, "quorum": {"min_collaborators": 2}}, 2),
+        # Two sites (init's plan for them): every round at the floor, each site's share the whole charge.
+        (2, {"secure_aggregation": {"max_colluding": 0}, "quorum": {"min_collaborators": 2}}, 2),
         # Dropouts none: every collaborator is in every sum.
         (4, {"secure_aggregation": {"dropouts": "none"}, "quorum": {"min_collaborators": 4}}, 4),
     ],
