@@ -10,7 +10,8 @@ Modes, at DP epsilon 1, 3 and 8 (delta 1e-5, the plan's rounds):
     (today's `[privacy]`, RDP accountant);
   - distributed: no local noise; theta clipped at C = 20 and c separately at its own bound, every site
     Poisson-samples at q = 1024 / N, and the sites add Skellam noise inside the secure sum, calibrated so
-    that the honest sites of the round (n - colluders) carry the whole noise (`fedfair.privacy.distributed`).
+    that the shares no single reader knows (n - max(colluders, 1) of them) carry the whole noise
+    (`fedfair.privacy.distributed`).
 Equal weights (`[influence] weights = "equal"`: every site sends its update with weight 1, the server
 divides by the number of sites), Adult, distributed, at each epsilon, calibrated two ways: "equal-batch"
 as before, as if each weight were the site's batch (one record moving the sum by lr C), and "equal" from

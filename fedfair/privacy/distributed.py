@@ -332,18 +332,33 @@ def calibrate(
     return high
 
 
-def party_mu(total_mu: float, floor: int, colluders: int) -> float:
-    """Each party's share of the noise: ``total_mu / (floor - colluders)``.
+def honest_parties(floor: int, colluders: int) -> int:
+    """How many parties of a ``floor``-party survivor set carry the noise against any single reader.
 
-    The colluders know (and can subtract) their own noise, so the honest parties of the smallest survivor set
-    the plan allows (``floor`` parties, of which ``colluders`` may collude; floor = n under ``dropouts =
-    "none"``) must carry it all.
+    Every survivor reads the noised sum and knows its own share, so it can subtract that share; the aggregator
+    with ``colluders`` sites subtracts theirs. The shares a reader knows are therefore max(colluders, 1) once
+    ``floor`` >= 2, and ``floor - max(colluders, 1)`` shares remain unknown to every reader. A lone party
+    (``floor`` 1) reads only the sum of itself: ``1 - colluders``. May be below 1 (:func:`party_mu` refuses it).
     """
-    honest = floor - colluders
+    return floor - max(colluders, 1) if floor >= 2 else floor - colluders
+
+
+def party_mu(total_mu: float, floor: int, colluders: int) -> float:
+    """Each party's share of the noise: ``total_mu / honest_parties(floor, colluders)``.
+
+    The shares any single reader knows (its own as a site; the aggregator's colluders') it can subtract, so the
+    other parties of the smallest survivor set the plan allows (``floor`` parties, of which ``colluders`` may
+    collude; floor = n under ``dropouts = "none"``) must carry it all (:func:`honest_parties`).
+
+    Raises:
+        ConfigError: no party is left to carry the noise (naming the fix), or ``total_mu`` is not positive.
+    """
+    honest = honest_parties(floor, colluders)
     if honest < 1:
         raise ConfigError(
-            f"a survivor floor of {floor} with {colluders} colluders leaves no honest party to carry the noise; "
-            "raise min_round_size or lower max_colluding"
+            f"a survivor floor of {floor} with {colluders} colluders leaves no party whose noise share every "
+            "other reader lacks (each site subtracts its own, the aggregator its colluders'); raise the floor "
+            "([quorum] min_collaborators / min_round_size), lower max_colluding, or add sites"
         )
     if not (math.isfinite(total_mu) and total_mu > 0):
         raise ConfigError(f"total_mu={total_mu!r} must be positive and finite")
@@ -351,9 +366,9 @@ def party_mu(total_mu: float, floor: int, colluders: int) -> float:
 
 
 def noise_excess(parties: int, floor: int, colluders: int) -> float:
-    """How many times the target noise the decoded sum carries when all ``parties`` survive and none colludes.
+    """How many times the target noise the decoded sum carries when all ``parties`` survive.
 
-    Parties / (floor - colluders) (1 only when floor = parties and colluders = 0).
+    Parties / :func:`honest_parties` (n / (n - 1) at the floor n with no colluders: a site knows its own share).
     """
     return parties * party_mu(1.0, floor, colluders)
 

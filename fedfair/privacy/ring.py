@@ -23,8 +23,8 @@ class Ring:
 
     modulus_bits: k, the word size of the secure sum (16, 32 or 64).
     parties: the most inputs one sum adds (the plan's collaborators).
-    honest: the parties that carry the noise (the survivor floor less the colluders,
-        :func:`~fedfair.privacy.distributed.party_mu`); all
+    honest: the parties that carry the noise (the survivor floor less the shares one reader knows,
+        :func:`~fedfair.privacy.distributed.honest_parties`); all
         ``parties`` add a share, so a sum carries up to parties / honest times the calibrated mu.
     max_weight: the largest weight a party sends, in expected batch records (its weight over w_k / b_k): the
         encoder projects its vector onto :func:`~fedfair.privacy.rounding.batch_radius` of it times one record's

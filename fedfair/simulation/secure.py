@@ -16,7 +16,7 @@ from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
 from fedfair.core.errors import ConfigError
 from fedfair.core.update import Update
 from fedfair.privacy.config import PrivacyConfig
-from fedfair.privacy.distributed import Release, TrainingNoise, noise_excess, party_mu
+from fedfair.privacy.distributed import Release, TrainingNoise, honest_parties, noise_excess, party_mu
 from fedfair.privacy.ring import Ring
 from fedfair.privacy.calibration import distributed_training_noise, threshold_clip
 from fedfair.secagg import Decoded, EncodingConfig, SecAggConfig, SecurityParameters, simulate_round
@@ -116,9 +116,10 @@ class SecureSum:
     `error_bounds[r]` per coordinate.
 
     With `distributed`, every collaborator also rotates, rounds and adds its Skellam share
-    (`fedfair.secagg.noise`): mu / (n - colluders) each for the calibrated total mu, so the honest
-    survivors alone carry it (every collaborator survives here, so the decoded sum carries
-    n / (n - colluders) times it: `noise_excess`). `noise_stds[r]` is round r's noise standard deviation
+    (`fedfair.secagg.noise`): mu / h each for the calibrated total mu, h = n - max(colluders, 1)
+    (`honest_parties`: any one reader knows its own share, or the colluders'), so the shares no single
+    reader knows carry it (every collaborator survives here, so the decoded sum carries n / h times
+    it: `noise_excess`). `noise_stds[r]` is round r's noise standard deviation
     per coordinate of the decoded weighted sum.
 
     `masked` False adds the encodings directly instead of running the masking protocol: the masks
@@ -177,8 +178,8 @@ class SecureSum:
         units; the server's step divides it by the total weight). noise_multiplier: that over how far one
         record moves the sum (`TrainingNoise.sensitivity`): the sigma of the central DP-SGD run the sum
         amounts to, the colluders' excess included. mu and fractional_bits: the calibrated total in encoded
-        units. noise_excess: parties / (parties - colluders), the target noise's multiple the sum carries
-        when every party is honest. epsilon: what the rounds summed account to at delta, by the sum's own
+        units. noise_excess: parties / honest_parties(parties, colluders), the target noise's multiple
+        the sum carries when every party survives. epsilon: what the rounds summed account to at delta, by the sum's own
         calibration (each site's accountant reports its own, in the run's privacy section).
         """
         plan, noise = self.distributed, self.training_noise
@@ -228,7 +229,7 @@ class SecureSum:
             # In expected batch records, as the encoder's projection radius counts them.
             per_record = self.distributed.weight_per_record
             weights = tuple(weight / per_record for weight in self.encoding.weights)
-            honest = max(1, parties - colluders)
+            honest = max(1, honest_parties(parties, colluders))
             ring = Ring(self.encoding.modulus_bits, parties, honest, self.encoding.max_weight / per_record, weights)
             self.training_noise = self.distributed.noise(dimension, ring)
         share = party_mu(self.training_noise.release.mu, parties, self.distributed.colluders)

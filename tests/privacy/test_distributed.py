@@ -147,12 +147,19 @@ def test_delta_addon_counts_conditioning_and_wraps() -> None:
     assert addon == pytest.approx(5 * 100 * 1e-12 * (1 + math.e) + 100e-15)
 
 
-def test_party_mu_splits_over_the_honest_survivors() -> None:
+def test_party_mu_splits_over_the_shares_no_single_reader_knows() -> None:
     assert distributed.party_mu(120.0, floor=51, colluders=5) == pytest.approx(120.0 / 46)
     assert distributed.noise_excess(51, 51, 5) == pytest.approx(51 / 46)
-    assert distributed.noise_excess(3, 3, 0) == 1.0
-    with pytest.raises(ConfigError, match="no honest party"):
-        distributed.party_mu(1.0, floor=3, colluders=3)
+    # No colluder: a survivor still knows its own share, so the floor less one carries the noise.
+    assert distributed.party_mu(120.0, floor=2, colluders=0) == 120.0
+    assert distributed.noise_excess(2, 2, 0) == 2.0
+    assert distributed.noise_excess(3, 3, 0) == pytest.approx(1.5)
+    assert distributed.noise_excess(3, 3, 1) == pytest.approx(1.5)
+    # A lone party reads only the sum of itself: its share carries it all.
+    assert distributed.party_mu(120.0, floor=1, colluders=0) == 120.0
+    for floor, colluders in ((3, 3), (1, 1), (2, 2)):
+        with pytest.raises(ConfigError, match="raise the floor .* or add sites"):
+            distributed.party_mu(1.0, floor=floor, colluders=colluders)
 
 
 def test_bad_releases_are_refused() -> None:

@@ -344,6 +344,8 @@ def test_interim_answers_need_a_noised_final_one() -> None:
         (10, {"secure_aggregation": {"max_colluding": 1}, "quorum": {"min_collaborators": 10}}, 6),
         (10, {"secure_aggregation": {"max_colluding": 1, "threshold": 8}, "quorum": {"min_collaborators": 10}}, 8),
         (3, {"secure_aggregation": {"max_colluding": 0}, "quorum": {"min_collaborators": 2}}, 2),
+        # Two sites (init's plan for them): every round at the floor, each site's share the whole charge.
+        (2, {"secure_aggregation": {"max_colluding": 0}, "quorum": {"min_collaborators": 2}}, 2),
         # Dropouts none: every collaborator is in every sum.
         (4, {"secure_aggregation": {"dropouts": "none"}, "quorum": {"min_collaborators": 4}}, 4),
     ],
@@ -353,10 +355,12 @@ def test_the_noise_is_carried_by_the_fewest_survivors_a_round_can_unmask(
 ) -> None:
     learning = read_learning("plan.toml", sections, collaborators)
     assert learning.survivor_floor(collaborators) == floor
-    # Calibrated to that floor, the honest survivors of the smallest sum carry the whole noise.
+    # Calibrated to that floor, the survivors of the smallest sum whose shares no single reader knows carry the
+    # whole noise: the aggregator knows its colluders' shares, a survivor its own (one, when no site colludes).
     release = answer_release(PlanPrivacy(report_epsilon=1.0), ())
     colluders = learning.secure_aggregation.max_colluding
-    assert (floor - colluders) * party_mu(release, floor, colluders) == pytest.approx(release.mu, rel=1e-12)
+    unknown = floor - max(colluders, 1)
+    assert unknown * party_mu(release, floor, colluders) == pytest.approx(release.mu, rel=1e-12)
 
 
 def test_a_plan_without_interim_report_epsilon_keeps_the_digest_it_had_before_the_setting(tmp_path: Path) -> None:

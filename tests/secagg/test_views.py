@@ -1,21 +1,22 @@
 """What each role reads of the masked sum under distributed DP (issue 93): the view audit of the masked kind.
 
-Each site adds its Skellam share inside the sum, party_mu = MU / (floor - max_colluding), so the honest parties of
-the smallest survivor set the round unmasks carry the whole noise the ledger charges: Skellam(MU), variance 2 MU
-per coordinate in encoded units (:func:`fedfair.privacy.distributed.party_mu`). Each role's transcript comes from
+Each site adds its Skellam share inside the sum, party_mu = MU / (floor - max(max_colluding, 1)), so the shares of
+the smallest survivor set the round unmasks that no single reader knows (a site knows its own, the aggregator its
+colluders') carry the whole noise the ledger charges: Skellam(MU), variance 2 MU per coordinate in encoded units
+(:func:`fedfair.privacy.distributed.party_mu`). Each role's transcript comes from
 the in-process round (:func:`simulate_round`, every message through its bytes; the aggregator chooses which
 uploads count by letting the others drop before masking), and the reconstruction that role can make is applied to
 it: it subtracts from the unmasked sum every noise it knows (its own and its colluders', redrawn from each one's
 noise key) and every input it knows. What is left on what it wants to read (the exact sum of the others' inputs)
-must be at least the charge, or the gap must be the one docs/security.md states.
+must be at least the charge.
 
 The inputs lie on the encoding's grid, so the stochastic rounding moves none of them and what is left is noise
 alone. No rotation: the round's rotation is public and orthogonal, so every role can undo it and it keeps each
 coordinate's variance. The noise keys are fixed, as tests/secagg/helpers.py's are, so the audit is deterministic.
 
 The tolerance: over d = 10^4 coordinates the sample variance of Skellam(mu) noise has relative standard deviation
-sqrt((2 + 1 / (2 mu)) / d), at most 0.0145 for the smallest residual here (mu 25), so a band of 0.1 either side of
-the share of the charge a role should face is 7 of them.
+sqrt((2 + 1 / (2 mu)) / d), at most 0.0142 for the smallest residual here (mu 50, the charge), so a band of 0.1 of
+the share of the charge a role should face, either side of it, is 7 of them.
 """
 
 from __future__ import annotations
@@ -102,42 +103,44 @@ def left_on_the_others(config: SecAggConfig, dropped: Collection[int], known: Co
 
 def near(share: float, expected: float) -> bool:
     """Whether a measured share of the charge is `expected`, within 7 standard deviations (module docstring)."""
-    assert 7 * math.sqrt((2 + 1 / (2 * MU * 0.5)) / DIMENSION) < 0.1
-    return abs(share - expected) <= 0.1
+    assert 7 * math.sqrt((2 + 1 / (2 * MU)) / DIMENSION) < 0.1
+    return abs(share - expected) <= 0.1 * expected
 
 
 THREE = (3, 0)
-"""Three sites, max_colluding 0: the floor is 2, each site's share MU / 2."""
+"""Three sites, max_colluding 0: the floor is 2, of which a survivor knows one share, so each site's share is MU."""
 FOUR = (4, 1)
-"""Four sites, max_colluding 1: the floor is 3, each site's share MU / 2."""
+"""Four sites, max_colluding 1: the floor is 3, of which the aggregator knows its colluder's share, so each site's
+share is MU / 2."""
 TWO = (2, 0)
 """Two sites, max_colluding 0 (the most two sites allow, and `fedfair init`'s for them): the floor is 2, each site's
-share MU / 2, and every round is at the floor."""
+share MU, and every round is at the floor."""
 
 
 def aggregator_view() -> float:
-    """The aggregator, every upload counted: the sum less nothing, on the exact sum (three shares)."""
+    """The aggregator, every upload counted: the sum less nothing, on the exact sum (three shares, three charges)."""
     return left_on_the_others(federation(*THREE), (), ())
 
 
 def choosing_aggregator_view() -> float:
-    """The aggregator keeping the fewest uploads the round unmasks (2 of 3): two shares, the whole charge."""
+    """The aggregator keeping the fewest uploads the round unmasks (2 of 3): two shares, twice the charge."""
     return left_on_the_others(federation(*THREE), {3}, ())
 
 
 def site_view() -> float:
-    """Site 1 of three, every upload counted: the sum less its noise and input, on the others' sum (two shares)."""
+    """Site 1 of three, every upload counted: the sum less its noise and input, on the others' sum (two shares,
+    twice the charge)."""
     return left_on_the_others(federation(*THREE), (), {1})
 
 
 def survivor_at_the_floor_view() -> float:
     """Site 1, one of two survivors at the floor with max_colluding 0: on the other survivor's input, one share,
-    half the charge (the gap docs/security.md states)."""
+    the whole charge."""
     return left_on_the_others(federation(*THREE), {3}, {1})
 
 
 def site_of_two_view() -> float:
-    """Site 1 of two, every round: the sum less its noise and input, on the other site's input (one share, half the
+    """Site 1 of two, every round: the sum less its noise and input, on the other site's input (one share, the whole
     charge), as a survivor at a 2-of-3 floor but in every round, not only when a site drops."""
     with warnings.catch_warnings():
         # The round's own warning that each of two parties infers the other's input: what this view measures.
@@ -163,45 +166,38 @@ def test_a_round_unmasks_no_sum_below_its_floor() -> None:
 
 
 def test_the_aggregator_reads_the_sum_under_every_uploads_noise() -> None:
-    assert near(aggregator_view(), 1.5)
+    assert near(aggregator_view(), 3.0)
 
 
 def test_the_aggregator_keeping_the_fewest_uploads_it_may_reads_the_sum_under_the_charge() -> None:
-    assert near(choosing_aggregator_view(), 1.0)
+    assert near(choosing_aggregator_view(), 2.0)
 
 
 def test_a_site_less_its_own_noise_and_input_reads_the_others_under_the_charge() -> None:
-    assert near(site_view(), 1.0)
+    assert near(site_view(), 2.0)
 
 
 def test_the_aggregator_with_max_colluding_sites_at_the_floor_reads_the_honest_sum_under_the_charge() -> None:
     assert near(colluding_aggregator_view(), 1.0)
 
 
-def test_a_survivor_at_a_two_of_three_floor_faces_half_the_charge_as_docs_security_states() -> None:
-    """The gap, stated, not charged: half the variance, so a release charged at epsilon 1.00 (delta 1e-5, L1 40,
-    L2 10: mu 818.8) is epsilon 1.46 against that survivor; docs/security.md says so."""
-    assert near(survivor_at_the_floor_view(), 0.5)
-    charged, faced = (
-        distributed.epsilon([distributed.Release("skellam", mu, 40.0, 10.0)], 1e-5) for mu in (818.8, 409.4)
-    )
-    assert (round(charged, 2), round(faced, 2)) == (1.00, 1.46)
-    stated = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
-    assert "What a survivor sees of a noised sum (stated, not charged)" in stated
-    assert "mu 409.4 is epsilon 1.46" in stated
+def test_a_survivor_at_a_two_of_three_floor_reads_the_other_under_the_whole_charge() -> None:
+    """Red team of issue 93: calibrated to the floor less max_colluding, each of two survivors added half the
+    variance, and one that subtracted its own read the other's input at 0.497 of the charge (a release charged at
+    epsilon 1.00, delta 1e-5, L1 40, L2 10: mu 818.8, faced as mu 409.4: epsilon 1.46). Each share is now the
+    whole charge, so the survivor faces the release its ledger charges."""
+    assert near(survivor_at_the_floor_view(), 1.0)
+    assert distributed.party_mu(MU, federation(*THREE).t, 0) == MU
 
 
-def test_a_site_of_two_faces_half_the_charge_in_every_round_as_docs_security_states(tmp_path: Path) -> None:
-    """Red team of issue 93: with two sites, each is always a survivor at the floor, so the other site reads its
-    input (evaluation answers and statistics under init's report_epsilon) at half the charged variance in every
-    round: epsilon 1.46 where the ledger charges 1.00. `fedfair init --sites a,b` writes that plan; the gap is
-    stated, not charged (closing it is a calibration decision: docs/security.md)."""
-    assert near(site_of_two_view(), 0.5) and federation(*TWO).t == 2
+def test_a_site_of_two_reads_the_other_under_the_whole_charge_in_every_round(tmp_path: Path) -> None:
+    """With two sites each is always a survivor at the floor, so it reads the other's input (evaluation answers and
+    statistics under init's report_epsilon) in every round: at the whole charge, for the plan `fedfair init
+    --sites a,b` writes."""
+    assert near(site_of_two_view(), 1.0) and federation(*TWO).t == 2
     assert init_main(["init", str(tmp_path / "two"), "--sites", "a,b"]) == 0
     plan = tomllib.loads((tmp_path / "two" / "aggregator" / "plan.toml").read_text())
     assert plan["secure_aggregation"]["max_colluding"] == 0 and plan["privacy"]["report_epsilon"] == 1.0
-    stated = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
-    assert "With two sites every round is at the floor" in stated
 
 
 def test_every_noise_subtracted_leaves_the_exact_sum() -> None:
@@ -243,15 +239,13 @@ def who_reads_what() -> str:
                 "a survivor at the floor, max_colluding = 0 (2 of 3)",
                 "the sum, its input, its noise key",
                 "its noise, its input",
-                f"on the other survivor's input: its noise, {survivor_at_the_floor_view():.3f} of the charge; stated, "
-                'not charged ("What a survivor sees of a noised sum" above: epsilon 1.46 for a charge of 1.00)',
+                f"on the other survivor's input: its noise, {survivor_at_the_floor_view():.3f} of the charge",
             ),
             (
                 "a site of two, max_colluding = 0 (2 of 2; `fedfair init --sites a,b`)",
                 "the sum, its input, its noise key",
                 "its noise, its input",
-                f"on the other site's input: its noise, {site_of_two_view():.3f} of the charge, in every round; "
-                "stated, not charged (as the survivor above)",
+                f"on the other site's input: its noise, {site_of_two_view():.3f} of the charge, in every round",
             ),
             (
                 "the aggregator with max_colluding = 1 site, at the floor (3 of 4); or a survivor there",

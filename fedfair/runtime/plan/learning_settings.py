@@ -39,7 +39,7 @@ from fedfair.runtime.plan.privacy import (
 )
 from fedfair.runtime.plan.training import batch_fraction, default_update_norm, read_objective, read_training
 from fedfair.core.tables import Table, field_names
-from fedfair.privacy.distributed import TrainingNoise
+from fedfair.privacy.distributed import TrainingNoise, honest_parties
 from fedfair.privacy.ring import Ring
 from fedfair.secagg import EncodingConfig, SecurityParameters, check_no_wraparound
 from fedfair.secagg.config import holders_per_secret, threshold_in_force
@@ -227,7 +227,7 @@ class LearningSettings:
         secure, training = self.secure_aggregation, self.training
         floor = self.survivor_floor(collaborators)
         # At least one honest party here; party_mu refuses a floor that leaves none, naming the fix.
-        honest = min(collaborators, max(1, floor - secure.max_colluding))
+        honest = min(collaborators, max(1, honest_parties(floor, secure.max_colluding)))
         per_record = self.influence.weight_per_record(self.batch_fraction)
         # The encoder bounds a party's weighted vector by the clipped sum of a Poisson batch of weight / (w_k / b_k)
         # expected records (fedfair.privacy.rounding.batch_radius): the ring counts the largest, max_weight / (w_k / b_k).

@@ -264,7 +264,7 @@ def plan_floor(
 def party_mu(release: distributed.Release, floor: int, colluders: int) -> float:
     """This party's share of the release's noise.
 
-    The honest parties of a `floor`-party survivor set carry it all
+    The parties of a `floor`-party survivor set whose shares no single reader knows carry it all
     (:func:`fedfair.privacy.distributed.party_mu`).
     """
     return check_mu(distributed.party_mu(release.mu, floor, colluders))
