@@ -35,7 +35,9 @@ def test_the_round_bytes_are_the_reports_messages_for_every_party(benchmarks: tu
     parties, dimension = 3, 300
     report, measured = cost.bounded_costs(dimension), cost.round_costs(parties, dimension)
     message = report["verifier_message_bytes"]
-    framing = 200  # per party: its id, length prefixes, two ECDSA signatures (at most 72 bytes each)
+    # Per party: its id, length prefixes, the verifiers' two ECDSA signatures (at most 72 bytes each), and the
+    # site's own signature over its two parts' digests (72 bytes and 2 x 32, with their prefixes: 144 in all).
+    framing = 200 + 144
     evidence = 2 * parties * message
     total = report["auditor_total_bytes"]  # the total the aggregator applies, d elements, once
     record = measured["site_record_bytes"]
