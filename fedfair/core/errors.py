@@ -237,7 +237,7 @@ class VerifyReason(enum.Enum):
     INITIAL_MODEL = "the model sent for round 1 is not the plan's initial model, built from its seed and architecture"
     OUT_OF_BOUNDS = "the model sent is made of a verified sum that breaks the plan's bounds (clip box, update_norm)"
     BELOW_FLOOR = "the aggregate covers fewer inputs than the plan's threshold, so it would reveal too few sites' sum"
-    FRAMED = "the aggregator signed a false verifier message that left a site out of the sum as a liar"
+    FRAMED = "a verifier (aggregator or auditor) signed a false message that left a site out of the sum as a liar"
 
 
 class VerificationError(ProtocolError):
