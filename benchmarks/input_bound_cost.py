@@ -14,8 +14,8 @@ is shared) and bytes:
 - ``upload_to_aggregator_bytes`` and ``upload_to_auditor_bytes`` (a party's shares), ``verifier_message_bytes``
   (each verifier to the other, per party) and ``auditor_total_bytes`` (the auditor's sum, once a round);
 - the whole round (``site_*``, ``aggregator_*``, ``auditor_*``), from ``simulate_bounded_round``: n sites,
-  the aggregator and the auditor in one process, every message through its bytes, the auditor alone
-  adding Skellam(``noise_mu``) to its total, every site at its bound (all accepted). ``site_upload_cpu_s`` is a
+  the aggregator and the auditor in one process, every message through its bytes, each verifier
+  adding its own Skellam(``noise_mu``) to its total, every site at its bound (all accepted). ``site_upload_cpu_s`` is a
   site's proof, sealing and signing (the mean over the sites, the least of three rounds);
   ``site_check_cpu_s`` its parse and check of the verdict record (``check_round_evidence``: both
   verifiers' signatures and ``decide`` for every decided party); ``site_upload_bytes`` both its parts,
@@ -70,7 +70,7 @@ PARTIES = (3, 10)
 DIMENSIONS = (10**4, 10**5, 10**6)
 BOUND = 1 << 15
 NOISE_MU = BOUND * BOUND / 2
-"""The auditor's Skellam parameter (it alone adds noise): variance 2 mu = B^2 a coordinate (a noise multiplier of 1)."""
+"""Each verifier's Skellam parameter (each adds its own): variance 2 mu = B^2 a coordinate (a noise multiplier of 1)."""
 ROUND_REPEATS = 3
 MASKED_WORD_BITS = 16
 RUNTIME_ROUNDS = 2

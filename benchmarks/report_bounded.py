@@ -140,8 +140,8 @@ def input_bound_cost(name: str, document: Mapping[str, Any]) -> Section:
     return Section(
         "Bounded inputs: a party's proof to two verifiers against a secure runtime round",
         f"{document['what']}; clock: {document['clock']}; field {document['field']}, bound B = "
-        f"{count(document['bound_encoded'])} in the encoded scale, the auditor alone adding Skellam(mu = "
-        f"{document['noise_mu']:.3g}). The bounded round: {document['bounded_round']}. A site's CPU is its uploads "
+        f"{count(document['bound_encoded'])} in the encoded scale, each verifier adding its own Skellam(mu = "
+        f"{document['noise_mu']:.3g}) to its total. The bounded round: {document['bounded_round']}. A site's CPU is its uploads "
         "(proof, sealing, signing) and its check of the verdict record (every decided party's evidence); its "
         "bytes are both parts up, the record down, and its tags up and the tag set down; the secure round's upload "
         "is what its aggregator received per party. The masked round's up and down is a site's every message in "
