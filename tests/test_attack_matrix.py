@@ -40,7 +40,7 @@ from cryptography.hazmat.primitives import serialization
 from fedfair import pki
 from fedfair.runtime.contract import TRAINING, RoundParameters
 from fedfair.secagg import Client, Server, messages
-from fedfair.secagg.round import SECURE_ROUND
+from fedfair.secagg.masked_round import SECURE_ROUND
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"

@@ -3,7 +3,7 @@
 A module "names" a stage when its code (not its docstrings or comments) uses one of that stage's identifiers:
 its member of the header's stage enum, its transport stages, its messages, or the client's and the server's
 methods for it. A module naming five or more stages spells out the round, which
-:data:`fedfair.secagg.round.SECURE_ROUND` declares: the declaration, the messages and their header's enum may,
+:data:`fedfair.secagg.masked_round.SECURE_ROUND` declares: the declaration, the messages and their header's enum may,
 and the two state machines, a step per stage in no order of their own (their runners' orders keep it).
 """
 
@@ -128,7 +128,7 @@ def test_few_modules_write_out_the_secure_round() -> None:
     found = modules_naming_most_stages().keys() - MAY_NAME_EVERY_STAGE
     assert not found, (
         f"{len(found)} more modules name five or more of the secure round's stages ({', '.join(sorted(found))}); "
-        "loop over fedfair.secagg.round.SECURE_ROUND instead of writing the stages out"
+        "loop over fedfair.secagg.masked_round.SECURE_ROUND instead of writing the stages out"
     )
 
 

@@ -33,7 +33,8 @@ from fedfair.runtime.transport.chunks import PlainValues
 from fedfair.secagg import EncodingConfig, SecAggConfig, SecurityParameters
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND
 from fedfair.secagg.noise import NoiseConfig
-from fedfair.secagg.round import AnyStage, RoundSetup, SECURE_ROUND, SecureRound, VERDICT, round_kind
+from fedfair.secagg.round import AnyStage, RoundSetup, SecureRound, VERDICT, round_kind
+from fedfair.secagg.masked_round import SECURE_ROUND
 
 if TYPE_CHECKING:
     from fedfair.runtime.plan.learning_settings import SecureAggregationSettings

@@ -28,16 +28,8 @@ from fedfair.pki.identity import generate_identity_key, pinned_verifier, public_
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import Decoded
 from fedfair.secagg.messages import Message
-from fedfair.secagg.round import (
-    SECURE_ROUND,
-    AnyStage,
-    Opening,
-    PartyOrder,
-    RoundSetup,
-    SecureRound,
-    ServerOrder,
-    Uploaders,
-)
+from fedfair.secagg.round import AnyStage, Opening, PartyOrder, RoundSetup, SecureRound, ServerOrder, Uploaders
+from fedfair.secagg.masked_round import SECURE_ROUND
 from fedfair.secagg.server import AggregateResult
 
 

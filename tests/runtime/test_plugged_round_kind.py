@@ -27,13 +27,8 @@ from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, shared_co
 from fedfair.runtime.plan.learning_settings import SecureAggregationSettings
 from fedfair.runtime.report.data import stage_label
 from fedfair.runtime.transport import EVALUATE, TRAIN, WireStage, make_binding, pb
-from fedfair.secagg.round import (
-    ROUND_KINDS,
-    SECURE_ROUND,
-    SecureRound,
-    register_round_kind,
-    roster_input,
-)
+from fedfair.secagg.round import ROUND_KINDS, SecureRound, register_round_kind, roster_input
+from fedfair.secagg.masked_round import SECURE_ROUND
 from tests.runtime.harness import adult_split, new_workspace, replay, thread_federation
 from tests.secagg.echo_round import ECHO, ECHO_ROUND, ECHOED, ECHOED_LOCK
 from tests.secagg.test_round_kinds import toy_kind

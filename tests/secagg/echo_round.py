@@ -22,7 +22,8 @@ from fedfair.pki.identity import CredentialVerifier
 from fedfair.secagg.client import Client
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.messages import ConsistencySignature
-from fedfair.secagg.round import NO_INPUT, SECURE_ROUND, Opening, SecureRound, StageSpec, small_upload
+from fedfair.secagg.round import Opening, SecureRound, StageSpec, small_upload
+from fedfair.secagg.masked_round import NO_INPUT, SECURE_ROUND
 from fedfair.secagg.server import Server
 from fedfair.secagg.wire import Stage
 

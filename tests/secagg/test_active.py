@@ -26,7 +26,7 @@ from fedfair.secagg.messages import (
 from fedfair.secagg.payloads import View, consistency_payload, dealing_lines, dealing_payload
 from fedfair.secagg.wire import Header, Stage
 from fedfair.secagg.simulate import simulate_round
-from fedfair.secagg.round import SECURE_ROUND
+from fedfair.secagg.masked_round import SECURE_ROUND
 from tests.secagg.helpers import Harness, check_result, make_config, order_at
 
 VICTIM, COLLUDER = 5, 1

@@ -19,7 +19,8 @@ import pytest
 from fedfair.core.errors import VerificationError, VerifyReason
 from fedfair.secagg import config as config_module
 from fedfair.secagg.resum import resum_decides
-from fedfair.secagg.round import SECURE_ROUND, small_upload
+from fedfair.secagg.round import small_upload
+from fedfair.secagg.masked_round import SECURE_ROUND
 from fedfair.secagg.simulate import DropOut, simulate_round
 from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.wire import Stage

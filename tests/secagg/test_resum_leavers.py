@@ -16,7 +16,7 @@ import pytest
 
 from fedfair.core.errors import VerificationError, VerifyReason
 from fedfair.secagg.resum import resum_decides
-from fedfair.secagg.round import SECURE_ROUND
+from fedfair.secagg.masked_round import SECURE_ROUND
 from fedfair.secagg.simulate import DropOut, simulate_round
 from fedfair.secagg.verify_messages import AggregateClaim, TagSet
 from fedfair.secagg.wire import Stage

@@ -20,7 +20,6 @@ from fedfair.runtime.report.data import stage_label
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.round import (
     ROUND_KINDS,
-    SECURE_ROUND,
     Opening,
     PartyOrder,
     SecureRound,
@@ -29,6 +28,7 @@ from fedfair.secagg.round import (
     small_upload,
     vector_upload,
 )
+from fedfair.secagg.masked_round import SECURE_ROUND
 from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.layout import squared_bound
 from fedfair.secagg.bounded.shares import encode_within_bound

@@ -30,7 +30,7 @@ from fedfair.secagg.verify import (
 )
 from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.wire import Stage
-from fedfair.secagg.round import SECURE_ROUND
+from fedfair.secagg.masked_round import SECURE_ROUND
 from tests.secagg.helpers import Harness, encode_all, make_config, make_inputs, order_at
 
 SESSION = b"s" * 32

@@ -1,7 +1,7 @@
 """The collaborator's secure-aggregation steps of one aggregation (a training round or an evaluation).
 
 Each upload stage has one step function, ``step(participant, work, inputs) -> payload``, built from the
-secure round's declaration (:data:`~fedfair.secagg.round.SECURE_ROUND`) in its order
+secure round's declaration (:data:`~fedfair.secagg.masked_round.SECURE_ROUND`) in its order
 (:func:`~fedfair.runtime.collaborator.stage_steps.round_steps`):
 a stage's client step, or the runtime's own where it adds to it.
 
@@ -57,7 +57,8 @@ from fedfair.secagg import Client, EncodingConfig, SecurityParameters
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.bounded.peers import BoundedSite
 from fedfair.secagg.graph import canonical_roster
-from fedfair.secagg.round import AnyStage, PartyOrder, SECURE_ROUND, SecureRound
+from fedfair.secagg.round import AnyStage, PartyOrder, SecureRound
+from fedfair.secagg.masked_round import SECURE_ROUND
 from fedfair.secagg.verify_client import PLAIN_PIECE
 from fedfair.secagg.wire import Stage as SecAggStage
 

@@ -46,7 +46,8 @@ from fedfair.secagg.config import holders_per_secret, threshold_in_force
 from fedfair.secagg.training_noise import noised_encoding
 from fedfair.secagg.graph import default_degree
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND
-from fedfair.secagg.round import SECURE_ROUND, round_kind
+from fedfair.secagg.round import round_kind
+from fedfair.secagg.masked_round import SECURE_ROUND
 
 if TYPE_CHECKING:
     from fedfair.core.algorithm import FedSRCVaR

@@ -1,6 +1,6 @@
 """The bounded secure sum declared once as a SecureRound: its stages, in order, and who uploads in each.
 
-A second kind of secure sum beside :data:`fedfair.secagg.round.SECURE_ROUND` (docs/security.md, "Bounded inputs
+A second kind of secure sum beside :data:`fedfair.secagg.masked_round.SECURE_ROUND` (docs/security.md, "Bounded inputs
 (two verifiers)"). The auditor is one more peer of the round (party :data:`~fedfair.secagg.bounded.parameters.AUDITOR`)
 that uploads to the aggregator, which relays what the two verifiers say to each other (:class:`BoundedStage`
 says who uploads what, stage by stage). A runner loops over :data:`BOUNDED_ROUND`'s stages as it does over

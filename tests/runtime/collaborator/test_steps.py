@@ -21,7 +21,7 @@ from fedfair.fairness import sums
 from fedfair.runtime.contract import EVALUATION, TRAINING, RoundParameters, model_digest
 from fedfair.secagg.messages import SurvivorSet
 from tests.runtime.test_plan import aggregator_plan, schema_plan
-from fedfair.secagg.round import SECURE_ROUND
+from fedfair.secagg.masked_round import SECURE_ROUND
 from fedfair.secagg.wire import Stage
 from tests.secagg.helpers import Harness, make_config, party_order_at
 
