@@ -88,7 +88,7 @@ STAGE_IDENTIFIERS: dict[str, frozenset[str]] = {
 
 MAY_NAME_EVERY_STAGE = frozenset(
     {
-        "fedfair/secagg/round.py",
+        "fedfair/secagg/masked_round.py",
         "fedfair/secagg/messages.py",
         "fedfair/secagg/wire.py",
         "fedfair/secagg/client.py",
