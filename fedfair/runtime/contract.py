@@ -31,10 +31,9 @@ from fedfair.runtime.plan.influence import InfluenceSettings
 from fedfair.runtime.transport import EVALUATE, TRAIN, WireStage, encode_tensor, pb
 from fedfair.runtime.transport.chunks import PlainValues
 from fedfair.secagg import EncodingConfig, SecAggConfig, SecurityParameters
-from fedfair.secagg.bounded.stages import BOUNDED_ROUND
 from fedfair.secagg.noise import NoiseConfig
-from fedfair.secagg.round import AnyStage, RoundSetup, SecureRound, VERDICT, round_kind
-from fedfair.secagg.masked_round import SECURE_ROUND
+from fedfair.secagg import kinds as kinds  # registers the built-in round kinds, which a plan names
+from fedfair.secagg.round import AnyStage, RoundSetup, SecureRound, VERDICT, default_round_kind, round_kind
 
 if TYPE_CHECKING:
     from fedfair.runtime.plan.learning_settings import SecureAggregationSettings
@@ -57,8 +56,9 @@ class Stages:
     prefix: str
     """What its secure stages' names start with after ``STAGE_``: "" for training, "EVAL_" for evaluation."""
     session_offset: int
-    protocol: SecureRound = SECURE_ROUND
-    """The secure round the aggregation runs, stage by stage (verified: every stage of it)."""
+    protocol: SecureRound = field(default_factory=default_round_kind)
+    """The secure round the aggregation runs, stage by stage (verified: every stage of it); the default kind unless
+    the aggregation names one."""
     plain_values: PlainValues = field(default=np.dtype("<f8"))
     """How a plain (unmasked) upload's values travel without secure aggregation. A training update is the
     model-sized upload, and float32 halves it at a rounding of at most
@@ -159,7 +159,7 @@ def training_stages(secure: SecureAggregationSettings) -> Stages:
     Raises:
         ConfigError: no round kind of that name is registered in this process.
     """
-    return _training(round_kind(secure.training_kind))
+    return training_of(round_kind(secure.training_kind))
 
 
 def aggregations(secure: SecureAggregationSettings) -> Aggregations:
@@ -168,19 +168,17 @@ def aggregations(secure: SecureAggregationSettings) -> Aggregations:
 
 
 @functools.cache
-def _training(protocol: SecureRound) -> Stages:
+def training_of(protocol: SecureRound) -> Stages:
     """A training round's stages under `protocol`: one value per kind, so every part of a process holds the same."""
     return Stages(
         start=TRAIN, kind="train", prefix="", session_offset=0, protocol=protocol, plain_values=np.dtype("<f4")
     )
 
 
-TRAINING = _training(SECURE_ROUND)
-"""A training round under the masked round (every plan but one that names another kind or bounds its inputs)."""
-BOUNDED_TRAINING = _training(BOUNDED_ROUND)
-"""A training round under [secure_aggregation] input_bound = "two_verifiers": the bounded sum's stages."""
+TRAINING = training_of(default_round_kind())
+"""A training round under the default kind (every plan but one whose secure aggregation names another)."""
 EVALUATION = Stages(start=EVALUATE, kind="evaluate", prefix="EVAL_", session_offset=1)
-"""An evaluation: the masked round's stages in every mode (its sums are counts and losses, which no plan bounds)."""
+"""An evaluation: the default kind's stages in every mode (its sums are counts and losses, which no plan bounds)."""
 
 
 ACCEPTED = VERDICT
@@ -283,7 +281,7 @@ class RoundParameters:
     """:func:`model_digest` of the model every participant was sent ("" for the statistics aggregation).
     Each collaborator checks it against its own download, and it enters the secure-aggregation session
     (:attr:`SecAggConfig.context`), so no session completes between parties sent different models."""
-    protocol: str = SECURE_ROUND.name
+    protocol: str = field(default_factory=lambda: default_round_kind().name)
     """The secure round the aggregation runs (:attr:`SecureRound.name`), which each collaborator's plan implies."""
     identities: tuple[tuple[str, str], ...] = ()
     """(name, certificate DER in hex) of every party of a round whose parties need each other's identity keys up

@@ -246,6 +246,8 @@ SECURE_ROUND = register_round_kind(
         contribution=Stage.MASK,
         committed=Stage.CONSISTENCY,
         kept=Stage.MASK,
-    )
+    ),
+    default=True,
 )
-"""The secure round this project runs: Bonawitz et al.'s six stages, then the two that verify the sum."""
+"""The secure round this project runs: Bonawitz et al.'s six stages, then the two that verify the sum (the default
+kind: every evaluation's, and a training round's where the plan names no other)."""

@@ -407,19 +407,26 @@ def _index(stages: tuple[AnyStage, ...], spec: AnyStage) -> int:
 ROUND_KINDS: dict[str, SecureRound] = {}
 """Every kind of secure round by its name, as each registers itself (:func:`register_round_kind`)."""
 
+_DEFAULT: list[str] = []
+"""The name of the kind a runner takes where nothing names one (:func:`default_round_kind`), once registered."""
 
-def register_round_kind(kind: SecureRound) -> SecureRound:
+
+def register_round_kind(kind: SecureRound, *, default: bool = False) -> SecureRound:
     """Plug a kind of secure round in, as Opacus registers its accountants: its runners and reports find it by name.
 
-    Returns `kind`, so a declaration registers itself where it is made.
+    Returns `kind`, so a declaration registers itself where it is made. With `default`, it is the kind a runner
+    takes where nothing names one (:func:`default_round_kind`: a plan's training round without a kind of its own,
+    every evaluation); one kind only may be.
 
     A kind may reuse another's stages (the masked round's, with a stage of its own): a wire name it shares must
     be said the same way (its words and nouns), since logs and reports read a stage's words by its name.
 
     Raises:
-        ConfigError: another kind of that name is registered, or one of `kind`'s wire names is another kind's
-            for a stage said otherwise.
+        ConfigError: another kind of that name is registered, one of `kind`'s wire names is another kind's for a
+            stage said otherwise, or `default` where another kind is the default.
     """
+    if default and _DEFAULT:
+        raise ConfigError(f"the round kind {_DEFAULT[0]!r} is the default already: register {kind.name!r} without it")
     if kind.name in ROUND_KINDS:
         raise ConfigError(f"a round kind named {kind.name!r} is registered already: give {kind.name!r} another name")
     taken = {spec.wire: _said(spec) for known in ROUND_KINDS.values() for spec in known.stages(True)}
@@ -427,7 +434,21 @@ def register_round_kind(kind: SecureRound) -> SecureRound:
     if clashes:
         raise ConfigError(f"the round kind {kind.name!r} names stages another kind names ({', '.join(clashes)})")
     ROUND_KINDS[kind.name] = kind
+    if default:
+        _DEFAULT.append(kind.name)
     return kind
+
+
+def default_round_kind() -> SecureRound:
+    """The kind a runner takes where nothing names one: the one registered as the default.
+
+    Raises:
+        ConfigError: no kind is registered as the default (import :mod:`fedfair.secagg.kinds`, which registers the
+            built-in kinds).
+    """
+    if not _DEFAULT:
+        raise ConfigError("no round kind is registered as the default: import fedfair.secagg.kinds first")
+    return ROUND_KINDS[_DEFAULT[0]]
 
 
 def round_kind(name: str) -> SecureRound:

@@ -39,7 +39,8 @@ from fedfair.core import server as server_step
 from fedfair.core.algorithm import FedSRCVaR
 import numpy as np
 
-from fedfair.runtime.contract import BOUNDED_TRAINING, EVALUATION, TRAINING, Stages, session_round
+from fedfair.runtime.contract import EVALUATION, TRAINING, Stages, session_round
+from tests.runtime.wire_stages import BOUNDED_TRAINING
 from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded import server as bounded_server
 from fedfair.secagg.bounded.context import BoundedContext

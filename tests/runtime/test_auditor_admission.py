@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from fedfair import pki
-from fedfair.runtime.aggregator.admission import AUDITOR_ONLY_WIRE_STAGES, AUDITOR_WIRE_STAGES
+from tests.runtime.wire_stages import BOUNDED_TRAINING
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.aggregator.servicer import Servicer, federation_server
 from fedfair.runtime.transport import (
@@ -85,7 +85,7 @@ def serve(certs: Path, auditor: str | None) -> tuple[Aggregator, grpc.Server]:
     admits = None if auditor is None else PeerAuthenticator(ca, (auditor,), "auditor")
     if admits is not None:
         board.verifiers = admits.allowed_names
-    servicer = Servicer(board, gate, PeerAuthenticator(ca, SITES), b"{}", auditor=admits)
+    servicer = Servicer(board, gate, PeerAuthenticator(ca, SITES), b"{}", auditor=admits, training=BOUNDED_TRAINING)
     server = federation_server(servicer, len(SITES), server_options())
     port = server.add_secure_port("127.0.0.1:0", server_credentials(TlsFiles.in_folder(certs, "aggregator")))
     server.start()
@@ -158,13 +158,14 @@ def test_the_auditor_is_refused_everywhere_else_naming_why(aggregator: Aggregato
 
 def test_a_collaborator_is_refused_at_the_auditors_stages(aggregator: Aggregator) -> None:
     # As BOUNDED_ROUND declares who uploads in each stage: the auditor alone in four, both in DECIDE.
-    assert AUDITOR_ONLY_WIRE_STAGES == {
+    admission = aggregator.servicer.admission
+    assert admission.auditor_only_stages == {
         WIRE["STAGE_BOUNDED_AUDITOR_KEY"],
         WIRE["STAGE_BOUNDED_ROSTERS"],
         WIRE["STAGE_BOUNDED_MESSAGES"],
         WIRE["STAGE_BOUNDED_TOTAL"],
     }
-    assert AUDITOR_WIRE_STAGES == AUDITOR_ONLY_WIRE_STAGES | {WIRE["STAGE_BOUNDED_DECIDE"]}
+    assert admission.auditor_stages == admission.auditor_only_stages | {WIRE["STAGE_BOUNDED_DECIDE"]}
     site = aggregator.stub("site-a")
     binding = open_stage(aggregator, WIRE["STAGE_BOUNDED_TOTAL"], (AUDITOR, "site-a"), b"reveal")
     error = refused(lambda: site.Submit(payload_parts(binding, b"a total"), timeout=TIMEOUT), DENIED)

@@ -41,12 +41,13 @@ from fedfair.runtime.auditor.config import (
     load_auditor_config,
 )
 from fedfair.runtime.auditor.process import AuditorProcess
-from fedfair.runtime.collaborator.bounded_steps import bounded_encoding
+from fedfair.runtime.collaborator.kinds.bounded import bounded_encoding
 from fedfair.runtime.collaborator.preparation import plan_change
 from fedfair.runtime.collaborator.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from fedfair.runtime.collaborator.stage_steps import round_steps
 from fedfair.runtime.collaborator.steps import Work
-from fedfair.runtime.contract import ACCEPTED, BOUNDED_TRAINING
+from fedfair.runtime.contract import ACCEPTED
+from tests.runtime.wire_stages import BOUNDED_TRAINING
 from fedfair.runtime.failures import PLAN_CHANGED, PLAN_MISMATCH
 from fedfair.runtime.manifest import UNPINNED_PLAN_WARNING, load_manifest
 from fedfair.runtime.plan import aggregator_plan as plan
@@ -95,7 +96,12 @@ def served(bounded: Federation) -> Iterator[Served]:  # noqa: F811
     assert auditor is not None
     board.verifiers = auditor.allowed_names
     servicer = Servicer(
-        board, gate, PeerAuthenticator(ca_certificate, COLLABORATORS), plan.shared_settings(loaded), auditor=auditor
+        board,
+        gate,
+        PeerAuthenticator(ca_certificate, COLLABORATORS),
+        plan.shared_settings(loaded),
+        auditor=auditor,
+        training=BOUNDED_TRAINING,
     )
     server = federation_server(servicer, len(COLLABORATORS), server_options())
     files = TlsFiles(ca / "ca.crt", ca / "aggregator.crt", ca / "aggregator.key")
@@ -212,7 +218,9 @@ def serving(folder: Path, loaded: plan.AggregatorPlan, auditor: str) -> Iterator
     gate.open(0, WIRE["STAGE_JOIN"])
     admits = PeerAuthenticator(ca_certificate, (auditor,), "auditor")
     collaborators = PeerAuthenticator(ca_certificate, COLLABORATORS)
-    servicer = Servicer(board, gate, collaborators, plan.shared_settings(loaded), auditor=admits)
+    servicer = Servicer(
+        board, gate, collaborators, plan.shared_settings(loaded), auditor=admits, training=BOUNDED_TRAINING
+    )
     server = federation_server(servicer, len(COLLABORATORS), server_options())
     files = TlsFiles(ca / "ca.crt", ca / "aggregator.crt", ca / "aggregator.key")
     port = server.add_secure_port("127.0.0.1:0", server_credentials(files))

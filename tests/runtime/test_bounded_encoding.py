@@ -13,10 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedfair.runtime.collaborator.bounded_steps import bounded_encoding
+from fedfair.runtime.collaborator.kinds.bounded import bounded_encoding
 from fedfair.runtime.collaborator.uplink import input_limit
 from fedfair.runtime.plan import aggregator_plan as plan
-from fedfair.runtime.contract import BOUNDED_TRAINING, EVALUATION, Aggregations
+from fedfair.runtime.contract import EVALUATION, Aggregations
+from tests.runtime.wire_stages import BOUNDED_TRAINING
 from fedfair.runtime.transport import make_binding, pb
 from fedfair.secagg.bounded.layout import squared_bound
 from fedfair.secagg.bounded.simulate import simulate_bounded_round

@@ -19,7 +19,8 @@ from cryptography.hazmat.primitives import serialization
 from fedfair.core.errors import ConfigError, RoundAbortedError
 from fedfair.pki import fingerprint, load_certificate
 from fedfair.runtime.aggregator.round_identities import NOISE_SECRET_NAME, aggregator_identities, relayed_identities
-from fedfair.runtime.contract import BOUNDED_TRAINING, TRAINING
+from fedfair.runtime.contract import TRAINING
+from tests.runtime.wire_stages import BOUNDED_TRAINING
 from fedfair.runtime.transport.security import PeerAuthenticator
 from tests.runtime.test_input_bound import AUDITOR, declared, federation  # noqa: F401 (the fixture)
 from tests.runtime.test_manifest import COLLABORATORS, aggregator_plan_with

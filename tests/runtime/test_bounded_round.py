@@ -39,14 +39,14 @@ from fedfair.runtime import manifest as manifests
 from fedfair.runtime.aggregator.driver import DriverSettings, SumDriver
 from fedfair.runtime.aggregator.round_identities import RoundIdentities, aggregator_setup
 from fedfair.runtime.aggregator.secure_uploads import SecureUpload
-from fedfair.runtime.collaborator.bounded_steps import bounded_encoding
+from fedfair.runtime.collaborator.kinds.bounded import bounded_encoding
 from fedfair.runtime.collaborator.chain import ModelChain
 from fedfair.runtime.collaborator.stage_steps import round_steps
 from fedfair.runtime.collaborator.steps import Participant, Work
 from fedfair.runtime.collaborator.uplink import input_limit
+from tests.runtime.wire_stages import BOUNDED_TRAINING
 from fedfair.runtime.contract import (
     ACCEPTED,
-    BOUNDED_TRAINING,
     EVALUATION,
     TRAINING,
     Aggregations,

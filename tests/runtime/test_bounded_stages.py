@@ -6,7 +6,8 @@ training round's stages must come after TRAIN's start, in their declared order, 
 
 from __future__ import annotations
 
-from fedfair.runtime.contract import BOUNDED_TRAINING, EVALUATION, TRAINING, Aggregations
+from fedfair.runtime.contract import EVALUATION, TRAINING, Aggregations
+from tests.runtime.wire_stages import BOUNDED_TRAINING
 from fedfair.runtime.transport import EVALUATE, TRAIN, WireStage
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND
 

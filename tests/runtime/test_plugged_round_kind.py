@@ -12,12 +12,14 @@ plugs in the same way, and every runtime lookup of its stages reads its declarat
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fedfair.runtime.aggregator.checkpoint import read_round_log
+from fedfair.runtime.local.workspace import Workspace
 from fedfair.runtime.collaborator.steps import KIND_STEPS, register_kind_steps
 from fedfair.runtime.aggregator.progress_line import stage_noun
 from fedfair.runtime.collaborator.uplink import input_limit
@@ -50,6 +52,22 @@ def echo_registered() -> Iterator[SecureRound]:
     KIND_STEPS.pop(KIND, None)
 
 
+def two_applied_rounds(folder: Path, secure: Mapping[str, object]) -> tuple[Workspace, list[dict[str, Any]]]:
+    """A federation of the three sites in threads, over real gRPC and TLS, under the `secure` [secure_aggregation]:
+    its workspace and round log, once both its training rounds were applied with every site's contribution."""
+    workspace = new_workspace(
+        folder, NAMES, training={"rounds": 2}, quorum={"min_collaborators": 3}, secure_aggregation=secure
+    )
+    with thread_federation(workspace) as federation:
+        federation.join(240)
+    assert not federation.errors, federation.errors
+    assert set(federation.exits.values()) == {0}, federation.exits
+    log = read_round_log(workspace.output)
+    assert [record["status"] for record in log] == ["applied", "applied"]
+    assert all(record["contributors"] == list(NAMES) for record in log)
+    return workspace, log
+
+
 def test_the_echo_kind_is_bound_on_the_wire_by_its_place_in_the_declaration(echo_registered: SecureRound) -> None:
     training = training_stages(SecureAggregationSettings(round_kind=KIND))
     assert training.protocol is echo_registered
@@ -69,23 +87,9 @@ def test_the_echo_kind_is_bound_on_the_wire_by_its_place_in_the_declaration(echo
 def test_a_stage_added_before_verify_runs_through_a_real_federation(
     tmp_path: Path, echo_registered: SecureRound
 ) -> None:
-    workspace = new_workspace(
-        tmp_path,
-        NAMES,
-        training={"rounds": 2},
-        quorum={"min_collaborators": 3},
-        secure_aggregation={"round_kind": KIND},
-    )
+    workspace, log = two_applied_rounds(tmp_path, {"round_kind": KIND})
     plan = load_aggregator_plan(workspace.plan)
     assert plan.secure_aggregation.training_kind == KIND
-    with thread_federation(workspace) as federation:
-        federation.join(240)
-    assert not federation.errors, federation.errors
-    assert set(federation.exits.values()) == {0}, federation.exits
-
-    log = read_round_log(workspace.output)
-    assert [record["status"] for record in log] == ["applied", "applied"]
-    assert all(record["contributors"] == list(NAMES) for record in log)
     # Every survivor echoed in every training round (sessions 2 r; evaluations keep the masked round), and the
     # echo stage's answers were timed.
     with ECHOED_LOCK:
@@ -101,6 +105,39 @@ def test_a_stage_added_before_verify_runs_through_a_real_federation(
     theta_bound, c_bound = trajectory_bounds(log, plan)
     assert (final["theta"] - expected.theta).abs().max().item() <= theta_bound
     assert abs(final["c"] - expected.c) <= c_bound
+
+
+@pytest.mark.slow
+def test_a_toy_kind_without_a_verifying_stage_sums_as_the_plain_federation_does(tmp_path: Path) -> None:
+    """The toy kind (two stages of its own, no VERIFY) registered from the tests and named by the plan runs a real
+    federation whose final model is the plain-sum federation's, to the precision each sum's encoding allows.
+
+    Both federations train the same sites from the same seeds, so each site's update is the same in both; the toy
+    sum adds the fixed-point words, the plain one float32 values in float64. Each round log's mean update error
+    bound says how far its sum may be from the exact one, and :func:`trajectory_bounds` carries it through the
+    rounds: the two final models are within the sum of their bounds, and each within its own of the replay.
+    """
+    register_round_kind(toy_kind("toy-federation"))
+    outcomes = {}
+    toy_stages = ["STAGE_TOY_FEDERATION_HELLO", "STAGE_TOY_FEDERATION_SEND"]
+    try:
+        for label, secure in (("toy", {"round_kind": "toy-federation"}), ("plain", {"enabled": False})):
+            workspace, log = two_applied_rounds(tmp_path / label, secure)
+            if label == "toy":  # every training round ran the toy kind's two stages, and nothing else
+                assert all(sorted(record["answer_seconds"]) == toy_stages for record in log), log
+            plan = load_aggregator_plan(workspace.plan)
+            expected = replay(plan, adult_split(3), list(NAMES), log)
+            outcomes[label] = final_model(workspace), trajectory_bounds(log, plan), expected
+    finally:
+        ROUND_KINDS.pop("toy-federation", None)
+    (toy, (toy_theta, toy_c), expected), (plain, (plain_theta, plain_c), _) = outcomes["toy"], outcomes["plain"]
+    # The toy sum's bound is the encoding's error carried (2.8e-7 here), the plain sum's its float32 rounding
+    # (1.9e-5); the two models differed by 1.2e-8 when measured.
+    assert 0 < toy_theta < 1e-5
+    assert (toy["theta"] - plain["theta"]).abs().max().item() <= toy_theta + plain_theta
+    assert abs(toy["c"] - plain["c"]) <= toy_c + plain_c
+    assert (toy["theta"] - expected.theta).abs().max().item() <= toy_theta
+    assert abs(toy["c"] - expected.c) <= toy_c
 
 
 def test_a_plan_names_only_a_registered_kind_where_nothing_else_names_one(echo_registered: SecureRound) -> None:

@@ -6,8 +6,12 @@ On the wire a stage is its aggregation and its step in its round kind's declarat
 
 from __future__ import annotations
 
-from fedfair.runtime.contract import BOUNDED_TRAINING, EVALUATION, TRAINING
+from fedfair.runtime.contract import EVALUATION, TRAINING, training_of
 from fedfair.runtime.transport import EVALUATE, JOIN, TRAIN, WireStage
+from fedfair.secagg.bounded.stages import BOUNDED_ROUND
+
+BOUNDED_TRAINING = training_of(BOUNDED_ROUND)
+"""A training round under [secure_aggregation] input_bound = "two_verifiers": the bounded sum's stages."""
 
 
 def _named() -> dict[str, WireStage]:

@@ -85,6 +85,9 @@ class Plain:
     def to_bytes(self) -> bytes:
         return self.sender.to_bytes(4, "big") + self.vector.astype("<u8").tobytes()
 
+    def to_pieces(self) -> tuple[bytes, ...]:
+        return (self.to_bytes(),)
+
     @classmethod
     def from_bytes(cls, data: bytes | memoryview) -> Plain:
         return cls(int.from_bytes(data[:4], "big"), np.frombuffer(data[4:], dtype="<u8").copy())
@@ -141,6 +144,10 @@ class ToyServer:
     culprits: dict[int, str] = {}
     proven: frozenset[int] = frozenset()
     accusations: dict[int, tuple[int, ...]] = {}
+
+    def excluded(self) -> dict[int, str]:
+        """Nobody: the toy kind names no culprit."""
+        return {}
 
 
 def toy_kind(name: str) -> SecureRound:

@@ -104,7 +104,10 @@ def serve(plan: AggregatorPlan, digest: str, address: str | None = None, events:
     auditor = auditor_authenticator(plan, ca_certificate)
     if auditor is not None:
         board.verifiers = auditor.allowed_names
-    servicer = Servicer(board, gate, authenticator, shared_settings(plan), events=events, auditor=auditor)
+    training = aggregations(plan.secure_aggregation).training
+    servicer = Servicer(
+        board, gate, authenticator, shared_settings(plan), events=events, auditor=auditor, training=training
+    )
     # Every admitted name at its limits: the collaborators, and the auditor's task stream, fetches and uploads.
     names = len(plan.collaborators) + (0 if auditor is None else 1)
     grpc_server = federation_server(servicer, names, server_options() + SERVER_KEEPALIVE)

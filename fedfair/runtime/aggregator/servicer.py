@@ -30,7 +30,7 @@ from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.aggregator.identities import LiveStreams
 from fedfair.runtime.rate_limits import RateLimit
 from fedfair.runtime.aggregator.limits import Hold, PeerLimits, Presence, Quotas, RefusalLog, worker_threads
-from fedfair.runtime.contract import STREAM_ACCEPTED
+from fedfair.runtime.contract import STREAM_ACCEPTED, TRAINING, Stages
 from fedfair.runtime.transport import (
     DEFAULT_CHUNK_BYTES,
     JOIN,
@@ -115,12 +115,17 @@ class Servicer(pb_grpc.FederationServicer):
         report_rate: RateLimit | None = None,
         refusal_log: RefusalLog | None = None,
         auditor: PeerAuthenticator | None = None,
+        training: Stages = TRAINING,
     ) -> None:
-        """`authenticator` admits the plan's collaborators; `auditor` (None: the plan names none) its auditor."""
+        """Serve the plan's collaborators (`authenticator`) and its auditor (None: none) at `training`'s stages.
+
+        `training` is the plan's training round, whose kind says at which stages the auditor is admitted
+        (:class:`~fedfair.runtime.aggregator.admission.Admission`).
+        """
         self.board = board
         self.gate = gate
         self.authenticator = authenticator
-        self.admission = Admission(authenticator, auditor)
+        self.admission = Admission(authenticator, auditor, training)
         self.settings = settings
         self.chunk_bytes = chunk_bytes
         self.quotas = Quotas(limits)

@@ -22,7 +22,7 @@ import numpy as np
 from fedfair.core.errors import IdentityError, ProtocolError, VerificationError
 from fedfair.runtime.auditor.config import AuditorConfig, AuditorIdentity
 from fedfair.runtime.auditor.totals import TotalledRound, kept_state
-from fedfair.runtime.contract import BOUNDED_TRAINING, RoundParameters, relayed_keys, round_setup
+from fedfair.runtime.contract import RoundParameters, relayed_keys, round_setup, training_of
 from fedfair.runtime.manifest import pinned_verifier
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.plan.bounded_noise import bounded_noise_mu
@@ -33,6 +33,9 @@ from fedfair.secagg.bounded.peers import Auditor
 from fedfair.secagg.bounded.stages import AUDITOR_STAGES, BOUNDED_ROUND, BoundedStage, record_bytes
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.round import MESSAGE_OVERHEAD_BYTES, PartyOrder, Uploaders
+
+BOUNDED_TRAINING = training_of(BOUNDED_ROUND)
+"""A training round under the bounded sum: the only kind the auditor verifies."""
 
 
 @dataclass

@@ -29,6 +29,7 @@ from fedfair.runtime.memory import release_freed
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.state_files import HeldState, keep, held_in_file, spans, stepped, tensors_of
 from fedfair.secagg import Encoder
+from fedfair.secagg.round import round_kind
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -63,11 +64,14 @@ class ModelChain:
 
     @property
     def active(self) -> bool:
-        """Whether the plan verifies its training sums (secure aggregation): only then is there a chain.
+        """Whether the plan verifies its training sums: only then is there a chain.
 
-        Masked or bounded: under a two-verifier input bound each accepted site verifies the bounded total (VERIFY).
+        Under secure aggregation whose training kind has verifying stages: the masked round's, or under a
+        two-verifier input bound the bounded total each accepted site verifies (VERIFY). A kind without them (a
+        plug-in's plain sum) leaves a site nothing to check a model against.
         """
-        return self._shared.secure_aggregation.enabled
+        secure = self._shared.secure_aggregation
+        return secure.enabled and bool(round_kind(secure.training_kind).verify_stages)
 
     @property
     def anchor(self) -> Anchor | None:

@@ -37,11 +37,11 @@ from fedfair.core.errors import UncheckedModelError
 from fedfair.runtime.collaborator.charges import Charges
 from fedfair.runtime.collaborator.input_record import InputRecord, SignedView
 from fedfair.runtime.collaborator.stored_answer import StoredAnswer
-from fedfair.runtime.collaborator.bounded_steps import bounded_encoding
+from fedfair.runtime.collaborator import kinds as kinds  # registers the built-in kinds' steps and encodings
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.outcome import OutcomeRecord
 from fedfair.runtime.collaborator.preparation import Prepared
-from fedfair.runtime.collaborator.steps import Participant, StartJob, Work
+from fedfair.runtime.collaborator.steps import KIND_ENCODINGS, Participant, StartJob, Work
 from fedfair.runtime.collaborator.updates import TrainedUpdate, clip_plain_update, control_pieces_beyond_clip
 from fedfair.runtime.collaborator.uplink import StatusReports, Uplink
 from fedfair.runtime.composition_counts import CompositionColumn
@@ -307,8 +307,9 @@ class RoundJob:
             # Encoded now, off the MASKED_INPUT stage's critical path (the round's encoder checks the parameters then).
             shared = self.shared
             try:
-                if settings.bounds_inputs:  # within its bound, unnoised: the auditor adds the DP noise to its total
-                    work.encoded = bounded_encoding(trained.vector, self.config.name, shared)
+                encode = KIND_ENCODINGS.get(training.protocol.name)
+                if encode is not None:  # its kind's own (the bounded sum's: within its bound, unnoised)
+                    work.encoded = encode(trained.vector, self.config.name, shared)
                     if shared.privacy.distributed:  # charged as a masked round's noise, before the input leaves
                         self.charges.training(round_number, trained.model, trained.vector.size)
                     return work

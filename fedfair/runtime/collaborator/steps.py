@@ -1,13 +1,13 @@
-"""The collaborator's secure-aggregation steps of one aggregation (a training round or an evaluation).
+"""The collaborator's secure-aggregation steps of one aggregation (a training round or an evaluation), of any kind.
 
-Each upload stage has one step function, ``step(participant, work, inputs) -> payload``, built from the
-secure round's declaration (:data:`~fedfair.secagg.masked_round.SECURE_ROUND`) in its order
-(:func:`~fedfair.runtime.collaborator.stage_steps.round_steps`):
-a stage's client step, or the runtime's own where it adds to it.
+Each upload stage has one step function, ``step(participant, work, inputs) -> payload``, built from the round
+kind's declaration in its order (:func:`~fedfair.runtime.collaborator.stage_steps.round_steps`): every kind's own
+(:func:`kind_steps`: start the client, hand in the contribution), a kind's where it registered its own
+(:func:`register_kind_steps`; the built-in kinds' are in :mod:`fedfair.runtime.collaborator.kinds`), else the
+stage's client step.
 
-A step raises a WITHDRAWN :class:`~fedfair.core.errors.RefusedError` (or the protocol's own
-errors) to withdraw from the rest of the round; the process (:mod:`fedfair.runtime.collaborator.client`) then
-uploads the empty withdrawal instead.
+A step raises a WITHDRAWN :class:`~fedfair.core.errors.RefusedError` (or the protocol's own errors) to withdraw
+from the rest of the round; the process (:mod:`fedfair.runtime.collaborator.client`) uploads the empty withdrawal.
 
 Why: docs/design.md, "Inside the collaborator".
 """
@@ -32,7 +32,6 @@ from fedfair.core.errors import (
     Refusal,
     RefusedError,
     VerificationError,
-    VerifyReason,
 )
 from fedfair.datasets.statistics import statistics_dimension
 from fedfair.fairness import sums
@@ -43,7 +42,6 @@ from fedfair.runtime.collaborator.input_record import SignedView
 from fedfair.runtime.collaborator.outcome import Excluded, OutcomeRecord
 from fedfair.core.update import update_dimension
 from fedfair.runtime.contract import (
-    ACCEPTED,
     EVALUATION,
     RoundParameters,
     Stages,
@@ -51,16 +49,13 @@ from fedfair.runtime.contract import (
 from fedfair.runtime.manifest import Manifest
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
-from fedfair.runtime.transport import EVALUATE, TRAIN, Pieces
+from fedfair.runtime.transport import Pieces
 from fedfair.runtime.transport.chunks import plain_upload
-from fedfair.secagg import Client, EncodingConfig, SecurityParameters
+from fedfair.secagg import EncodingConfig, SecurityParameters
 from fedfair.secagg.credentials import remembered
-from fedfair.secagg.bounded.peers import BoundedSite
 from fedfair.secagg.graph import canonical_roster
 from fedfair.secagg.round import AnyStage, PartyOrder, SecureRound
-from fedfair.secagg.masked_round import SECURE_ROUND
-from fedfair.secagg.verify_client import PLAIN_PIECE
-from fedfair.secagg.wire import Stage as SecAggStage
+from fedfair.secagg.pieces import Pieces as SecAggPieces
 
 _Upload = TypeVar("_Upload")
 
@@ -93,10 +88,10 @@ class Work:
     stages: Stages
     vector: np.ndarray | None
     weight: float
-    client: Client | BoundedSite | None = None
-    """This round's party state: the masked round's client, or the bounded sum's site."""
+    client: Any = None
+    """This round's party state, as its kind makes it (:attr:`~fedfair.secagg.round.SecureRound.client`)."""
     order: PartyOrder | None = None
-    """Where the masked round's client stands in the round's stages, once it began the round."""
+    """Where this round's client stands in the round's stages, once it began the round."""
     withdrawn: bool = False
     encoded: np.ndarray | None = None
     """The fixed-point encoding of (vector, weight), made before the masking stage needs it."""
@@ -281,23 +276,26 @@ def advertise(me: Participant, work: Work, inputs: StageInput) -> bytes:
     work.client = protocol.client(config, me.name, me.identity_key, me.credential, me.verify)
     work.order = PartyOrder(protocol.stages(True))
     first = protocol.sum_stages[0]
-    return bytes(_take(work, first, partial(first.step, work.client, None, _not_asked)).to_bytes())
+    return bytes(take(work, first, partial(first.step, work.client, None, not_asked)).to_bytes())
 
 
 def masked(me: Participant, work: Work, inputs: StageInput) -> bytes | Pieces:
-    """The masked, encoded update for the masking set in `inputs`.
+    """The round's contribution: the encoded update, as the kind's contribution stage takes it (masked, or plain).
 
-    Without secure aggregation: the plain update (:func:`~fedfair.runtime.transport.chunks.plain_upload`: a
-    training update's values in float32, an evaluation's in float64, then the weight) once the parameters check.
-    Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when no shares were checked this round, or its encoding was
-    masked already (a retried stage: the words are never masked twice, nor encoded anew).
+    Any kind's step at its :attr:`~fedfair.secagg.round.SecureRound.contribution` stage, whose upload message
+    travels in pieces (``to_pieces``). Without secure aggregation: the plain update
+    (:func:`~fedfair.runtime.transport.chunks.plain_upload`: a training update's values in float32, an evaluation's
+    in float64, then the weight) once the parameters check. Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when
+    this party did not take the stages before, or its encoding was masked already (a retried stage: the words are
+    never masked twice, nor encoded anew).
     """
     if not me.shared.secure_aggregation.enabled:
         assert work.vector is not None  # the process withdraws before any step when it has nothing
         me.check_parameters(work, inputs)
         return plain_upload(work.vector, work.weight, work.stages.plain_values)
-    spec = work.stages.protocol.spec(SecAggStage.MASK)
-    client = _started(work, spec)
+    protocol = work.stages.protocol
+    spec = protocol.spec(protocol.contribution)
+    client = started(work, spec)
     if work.encoded is not None:
         encoded = work.encoded
     elif work.vector is not None:
@@ -305,85 +303,10 @@ def masked(me: Participant, work: Work, inputs: StageInput) -> bytes | Pieces:
     else:
         raise RefusedError(Refusal.WITHDRAWN, "this round's encoding was masked already; it is not masked twice")
     work.encoded = None  # masked in place: never reuse it
-    received = _received(spec, inputs)
+    message = received(spec, inputs)
     # In pieces: the masked words travel from their own memory, never copied whole into one message.
-    pieces: Pieces = _take(work, spec, partial(spec.step, client, received, lambda: encoded)).to_pieces()
+    pieces: Pieces = take(work, spec, partial(spec.step, client, message, lambda: encoded)).to_pieces()
     return pieces
-
-
-def consistency(me: Participant, work: Work, inputs: StageInput) -> bytes:
-    """This party's signature of the survivor set in `inputs`, bound on disk before it leaves.
-
-    Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when fewer survivors than the floor remain, or this input was
-    already signed for with other survivors (two sums could then be subtracted).
-    """
-    spec = work.stages.protocol.spec(SecAggStage.CONSISTENCY)
-    client = _started(work, spec)
-    survivor_set = _received(spec, inputs)
-    config = client.config
-    # Ids outside the roster are the client's to refuse; the binding is checked before anything is signed.
-    survivors = frozenset(config.name_of(party) for party in survivor_set.survivors if config.is_party(party))
-    floor = me.survivor_floor
-    if len(survivors) < floor:
-        raise RefusedError(
-            Refusal.WITHDRAWN,
-            f"only {len(survivors)} survivors, fewer than the {floor} a round may have (the manifest's "
-            "min_round_size, else max_colluding + 2): a sum that small could expose one institution's input",
-        )
-    if work.view.survivors is not None and work.view.survivors != survivors:
-        raise RefusedError(
-            Refusal.WITHDRAWN,
-            "this input was already signed for with other survivors (in an earlier session or round, or before "
-            "a restart); two sums over different survivors would let the aggregator subtract one from the other",
-        )
-    signature = _take(work, spec, partial(spec.step, client, survivor_set, _not_asked))
-    work.view.bind(survivors)  # kept on disk before the signature leaves
-    return bytes(signature.to_bytes())
-
-
-def tag(me: Participant, work: Work, inputs: StageInput) -> bytes:
-    """This party's signed tags of its own input under the challenge of the sum the aggregator claims (`inputs`).
-
-    Raises:
-        VerificationError: the claim does not fit the round (MALFORMED) or differs from one tagged before
-            (EQUIVOCATED): the aggregator misbehaves, and the process stops rather than withdraw.
-        RefusedError: reason :attr:`Refusal.WITHDRAWN` when this party sent no masked input this round.
-    """
-    spec = work.stages.protocol.verify_stages[0]
-    client = _started(work, spec)
-    try:
-        claim = _received(spec, inputs)
-    except ProtocolError as error:  # unreadable: the aggregator's to answer for, as a claim that does not fit
-        raise VerificationError(work.round, VerifyReason.MALFORMED, f"the claimed sum is unreadable: {error}") from None
-    # The encoded input as the record kept it on disk (the job's view once it settled), read back a piece at a time
-    # and handed down: no copy of the d + 1 words is held from masking to tagging.
-    return bytes(_take(work, spec, partial(client.tag, claim, work.view.read_words(PLAIN_PIECE))).to_bytes())
-
-
-def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
-    """Check every survivor's tags (`inputs`) against the claimed sum and return the verdict.
-
-    The verified sum (the encoded d + 1 words) is the only sum this site accepts a model of. A training round's
-    is handed to the site's model chain, which applies the plan's server step to it and checks the next round's
-    model against the result (:class:`~fedfair.runtime.collaborator.chain.ModelChain`); an evaluation's is made
-    into the figures its kept bundle may carry (:mod:`~fedfair.runtime.collaborator.figures`). It keeps no copy.
-
-    Raises:
-        VerificationError: naming the round and the reason (FORGED, MISSING_TAG, BAD_TAG, MALFORMED).
-        RefusedError: reason :attr:`Refusal.WITHDRAWN` when this party sent no masked input this round.
-    """
-    spec = verdicts_stage(work.stages.protocol)
-    client = _started(work, spec)
-    try:
-        tags = _received(spec, inputs)
-    except ProtocolError as error:
-        raise VerificationError(work.round, VerifyReason.MALFORMED, f"the tags are unreadable: {error}") from None
-    verified = _take(work, spec, partial(spec.step, client, tags, _not_asked))
-    if work.stages.start == TRAIN and work.view.survivors is not None:
-        me.chain.verified(work.round, verified, work.view.survivors, client.config.encoder)
-    elif work.stages.start == EVALUATE and work.view.survivors is not None:
-        me.figures.verified(work.round, work.model, verified, work.view.survivors, client.config.encoder)
-    return ACCEPTED
 
 
 def client_step(spec: AnyStage) -> Step:
@@ -394,8 +317,8 @@ def client_step(spec: AnyStage) -> Step:
 
         Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when this party did not take the stages before it.
         """
-        client = _started(work, spec)
-        return bytes(_take(work, spec, partial(spec.step, client, _received(spec, inputs), _not_asked)).to_bytes())
+        client = started(work, spec)
+        return bytes(take(work, spec, partial(spec.step, client, received(spec, inputs), not_asked)).to_bytes())
 
     return step
 
@@ -405,12 +328,22 @@ Step = Callable[[Participant, Work, StageInput], bytes | Pieces]
 KindSteps = Callable[[SecureRound], dict[AnyStage, Step]]
 """A kind of round's own collaborator steps: for each stage where the runtime adds to its client's step, the step."""
 
+KindEncoding = Callable[[np.ndarray | SecAggPieces, str, SharedSettings], np.ndarray]
+"""How a kind's site encodes its training update itself: encoding(w times delta, the site's name, the plan) -> the
+words its contribution stage takes, where the kind does not take the plan's masked encoding."""
+
 KIND_STEPS: dict[str, KindSteps] = {}
 """Each kind of round (:attr:`SecureRound.name`) -> its own collaborator steps, as the kinds register them."""
 
+KIND_ENCODINGS: dict[str, KindEncoding] = {}
+"""Each kind of round that encodes its sites' training updates itself -> its encoding (the others: the plan's)."""
 
-def register_kind_steps(kind: str, steps: KindSteps) -> None:
+
+def register_kind_steps(kind: str, steps: KindSteps, encoding: KindEncoding | None = None) -> None:
     """Plug a kind of round's own collaborator steps in: every other stage of it runs its client's step.
+
+    With `encoding`, a training round of the kind contributes each site's update so encoded (:data:`KindEncoding`),
+    unnoised, where other kinds take the plan's masked encoding.
 
     Raises:
         ConfigError: `kind` registered its steps already.
@@ -418,14 +351,11 @@ def register_kind_steps(kind: str, steps: KindSteps) -> None:
     if kind in KIND_STEPS:
         raise ConfigError(f"the round kind {kind!r} registered its collaborator steps already")
     KIND_STEPS[kind] = steps
+    if encoding is not None:
+        KIND_ENCODINGS[kind] = encoding
 
 
-def verdicts_stage(protocol: SecureRound) -> AnyStage:
-    """The verifying stage whose uploads are the survivors' verdicts (no message: :data:`ACCEPTED`)."""
-    return next(spec for spec in protocol.verify_stages if spec.upload is None)
-
-
-def _started(work: Work, spec: AnyStage) -> Any:
+def started(work: Work, spec: AnyStage) -> Any:
     """The round's client, once this party began the round; else it cannot take `spec`'s stage.
 
     Raises:
@@ -436,7 +366,7 @@ def _started(work: Work, spec: AnyStage) -> Any:
     return work.client
 
 
-def _take(work: Work, spec: AnyStage, step: Callable[[], _Upload]) -> _Upload:
+def take(work: Work, spec: AnyStage, step: Callable[[], _Upload]) -> _Upload:
     """Run `step`, this party's step of `spec`, in the round's order (:class:`~fedfair.secagg.round.PartyOrder`).
 
     Raises:
@@ -449,32 +379,22 @@ def _take(work: Work, spec: AnyStage, step: Callable[[], _Upload]) -> _Upload:
     return work.order.take(spec, step)
 
 
-def _received(spec: AnyStage, inputs: StageInput) -> Any:
+def received(spec: AnyStage, inputs: StageInput) -> Any:
     """The stage's input message, parsed (a claimed sum straight from the buffer it arrived in)."""
     assert spec.received is not None  # only the first stage's input is the runner's own
     return spec.received(inputs)
 
 
-def _not_asked() -> np.ndarray:
+def not_asked() -> np.ndarray:
     """The encoded input, which only the masking stage asks for."""
     raise ProtocolError("only the masking stage takes this party's encoded input")
 
 
-def _masked_steps(protocol: SecureRound) -> dict[AnyStage, Step]:
-    """The masked round's own steps, where the runtime adds to its client's.
+def kind_steps(protocol: SecureRound) -> dict[AnyStage, Step]:
+    """The steps of a round of any kind where the runtime adds to its client's: what a kind's own steps extend.
 
-    The first checks the round's parameters and starts the client, masking encodes the contribution (or sends it
-    plain), the survivors' signature is bound on disk first, and the verifying stages stop the site on a bad sum.
+    The first stage checks the round's parameters and starts the kind's client (:func:`advertise`), and the
+    contribution stage hands it the encoded input (:func:`masked`); every other stage runs its client's step
+    (:func:`client_step`) unless the kind registered its own (:func:`register_kind_steps`).
     """
-    steps: dict[AnyStage, Step] = {
-        protocol.sum_stages[0]: advertise,
-        protocol.spec(SecAggStage.MASK): masked,
-        protocol.spec(SecAggStage.CONSISTENCY): consistency,
-    }
-    if protocol.verify_stages:
-        steps[protocol.verify_stages[0]] = tag
-        steps[verdicts_stage(protocol)] = verdict
-    return steps
-
-
-register_kind_steps(SECURE_ROUND.name, _masked_steps)
+    return {protocol.sum_stages[0]: advertise, protocol.spec(protocol.contribution): masked}

@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import ConfigError, Refusal, RefusedError
 from fedfair.runtime.collaborator import steps
+from fedfair.runtime.collaborator.kinds.masked import consistency
 from fedfair.runtime.collaborator.input_record import InputRecord
 from fedfair.runtime.collaborator.stored_answer import StoredAnswer
 from fedfair.runtime.plan import aggregator_plan as plan
@@ -44,11 +45,11 @@ def test_an_input_signs_for_the_same_survivors_in_every_session() -> None:
     # A re-run round carrying the same input (the cache) shares one SignedView with the first session.
     view = steps.SignedView()
     work, survivor_set, harness = work_at_consistency(view)
-    steps.consistency(NO_PARTICIPANT, work, survivor_set.to_bytes())
+    consistency(NO_PARTICIPANT, work, survivor_set.to_bytes())
     assert view.survivors == frozenset(harness.config.parties)
     # The next session with the same survivors is signed again.
     again, same, _ = work_at_consistency(view)
-    steps.consistency(NO_PARTICIPANT, again, same.to_bytes())
+    consistency(NO_PARTICIPANT, again, same.to_bytes())
 
 
 def test_an_input_already_signed_for_refuses_other_survivors() -> None:
@@ -57,7 +58,7 @@ def test_an_input_already_signed_for_refuses_other_survivors() -> None:
     view = steps.SignedView(survivors=frozenset({"site-1", "site-2", "site-3", "site-4"}))
     work, survivor_set, _ = work_at_consistency(view)
     with pytest.raises(RefusedError, match="already signed for with other survivors"):
-        steps.consistency(NO_PARTICIPANT, work, survivor_set.to_bytes())
+        consistency(NO_PARTICIPANT, work, survivor_set.to_bytes())
     assert view.survivors == frozenset({"site-1", "site-2", "site-3", "site-4"})
     assert work.client is not None and work.client.signed_view is None  # refused before anything was signed
 
@@ -70,7 +71,7 @@ def test_survivors_below_the_manifests_round_size_are_refused_whatever_t_allows(
         1, TRAINING, None, 1.0, client=harness.clients[1], view=steps.SignedView(), order=party_order_at(SIGNING)
     )
     with pytest.raises(RefusedError, match="only 3 survivors, fewer than the 4"):
-        steps.consistency(SimpleNamespace(survivor_floor=4), work, survivor_set.to_bytes())
+        consistency(SimpleNamespace(survivor_floor=4), work, survivor_set.to_bytes())
     assert work.client is not None and work.client.signed_view is None and work.view.survivors is None
 
 
@@ -81,7 +82,7 @@ def test_a_binding_survives_a_restart_and_refuses_other_survivors(tmp_path: Path
     view = InputRecord(path, reset=True).view(4, "train", "model-digest")
     view.keep(StoredAnswer(np.zeros(3), 1.0))  # the answer is kept before it is sent, then bound
     work, survivor_set, harness = work_at_consistency(view)
-    steps.consistency(NO_PARTICIPANT, work, survivor_set.to_bytes())
+    consistency(NO_PARTICIPANT, work, survivor_set.to_bytes())
     entry = json.loads(path.read_text())["inputs"]["train:model-digest"]
     assert entry == {"round": 4, "survivors": sorted(harness.config.parties)}
     restarted = InputRecord(path)
@@ -90,7 +91,7 @@ def test_a_binding_survives_a_restart_and_refuses_other_survivors(tmp_path: Path
     fewer = Harness(make_config(parties=5))
     smaller = fewer.through_masking([1, 2, 3, 4])
     with pytest.raises(RefusedError, match="already signed for with other survivors"):
-        steps.consistency(
+        consistency(
             NO_PARTICIPANT,
             steps.Work(4, TRAINING, None, 1.0, client=fewer.clients[1], view=again, order=party_order_at(SIGNING)),
             smaller.to_bytes(),
@@ -107,7 +108,7 @@ def test_a_rounds_training_may_run_again_after_its_evaluation_was_signed(tmp_pat
     # round 4's training on the same model: the same round, bound to the same survivors, not an old round.
     path = tmp_path / "site-1.fed.bindings.json"
     work, survivor_set, harness = work_at_consistency(InputRecord(path, reset=True).view(4, "evaluate", "average"))
-    steps.consistency(NO_PARTICIPANT, work, survivor_set.to_bytes())
+    consistency(NO_PARTICIPANT, work, survivor_set.to_bytes())
     assert json.loads(path.read_text())["latest"] == 4
     assert InputRecord(path).view(4, "train", "model-digest").survivors is None
 

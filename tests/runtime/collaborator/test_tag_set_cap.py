@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from fedfair.runtime.collaborator.uplink import Uplink, input_limit
-from fedfair.runtime.contract import BOUNDED_TRAINING, EVALUATION, TRAINING, Aggregations
+from fedfair.runtime.contract import EVALUATION, TRAINING, Aggregations
+from tests.runtime.wire_stages import BOUNDED_TRAINING
 from fedfair.runtime.transport import EVALUATE, WireStage, make_binding, pb
 from fedfair.runtime.transport.chunks import split
 from fedfair.secagg import config as config_module

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from fedfair.core.errors import WireError
-from fedfair.runtime.contract import BOUNDED_TRAINING, EVALUATION, TRAINING, Stages
+from fedfair.runtime.contract import EVALUATION, TRAINING, Stages
+from tests.runtime.wire_stages import BOUNDED_TRAINING
 from fedfair.runtime.transport.chunks import (
     PLAIN_ROUNDING,
     PLAIN_UNDERFLOW,

@@ -2,7 +2,7 @@
 
 Under ``[secure_aggregation] input_bound = "two_verifiers"`` a training round runs
 :data:`~fedfair.secagg.bounded.stages.BOUNDED_ROUND` instead of the masking stages
-(:data:`~fedfair.runtime.contract.BOUNDED_TRAINING`). A site uploads at SHARE, once it checked the round's public
+(its training stages, :func:`~fedfair.runtime.contract.training_of`). A site uploads at SHARE, once it checked the round's public
 parameters and every relayed certificate, its update encoded within its bound with the witness that proves it
 (:class:`~fedfair.secagg.bounded.peers.BoundedSite`); at DECIDE, once the signed verdict record holds up (kept in its
 folder first), its signed tags of the total, or its dispute of the aggregator's false message; at VERIFY, once no
@@ -318,4 +318,4 @@ def _bounded_steps(protocol: SecureRound) -> dict[AnyStage, Step]:
     }
 
 
-register_kind_steps(BOUNDED_ROUND.name, _bounded_steps)
+register_kind_steps(BOUNDED_ROUND.name, _bounded_steps, bounded_encoding)
