@@ -236,3 +236,61 @@ def test_no_module_imports_itself_through_others() -> None:
     """No import circles, not even through a lazy import or one made for type checking only: a module's
     dependencies can then be read, tested and moved without it."""
     assert circles() == []
+
+
+KIND_DECLARATIONS = ("fedfair.secagg.bounded", "fedfair.secagg.masked_round", "fedfair.secagg.wire")
+"""The library's modules that declare one kind of round (its stages, its messages, its peers): a runner takes a
+kind from the registry (fedfair.secagg.round, fedfair.secagg.kinds), never from these."""
+KIND_CONSTANTS = frozenset(
+    {"SECURE_ROUND", "BOUNDED_ROUND", "BOUNDED_TRAINING", "BoundedStage", "BoundedSite", "BoundedServer", "Auditor"}
+)
+"""The names of one kind's declaration, its stages or its parties."""
+KIND_PLUG_INS = ("fedfair.runtime.collaborator.kinds", "fedfair.runtime.plan.input_bound")
+"""The runtime's side of each built-in kind: its collaborator steps, and the plan's input bound that names the
+bounded sum. Everything else in the runtime looks a kind up by name (issue 92)."""
+KIND_NOT_YET_PLUGGED = {
+    "fedfair.runtime.auditor.rounds": "the bounded sum's second verifier, which no kind's registration makes yet",
+}
+"""Runtime modules that still name a kind, with why: each is to move into its kind's plug-in, and leaves this list
+when it does (the test below fails on one that no longer names a kind, so the list only shrinks)."""
+
+
+def kind_names(source: str, module: str, is_package: bool) -> list[str]:
+    """The kind declarations `source` imports and the kind constants it names, sorted."""
+    imported = (name for name in imported_names(source, module, is_package) if within(name, *KIND_DECLARATIONS))
+    named = {
+        node.id if isinstance(node, ast.Name) else node.attr
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, (ast.Name, ast.Attribute))
+    }
+    aliased = {
+        alias.name for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom) for alias in node.names
+    }
+    return sorted({*imported, *((named | aliased) & KIND_CONSTANTS)})
+
+
+@pytest.mark.parametrize(
+    "module", [module for module in modules_in("fedfair.runtime") if not within(module, *KIND_PLUG_INS)]
+)
+def test_no_runtime_module_outside_the_kinds_plug_ins_names_a_round_kind(module: str) -> None:
+    """A generic runtime module takes its round kind from the plan through the registry, never a kind's own."""
+    path = MODULES[module]
+    named = kind_names(path.read_text(), module, path.name == "__init__.py")
+    if module in KIND_NOT_YET_PLUGGED:
+        assert named, f"{module} names no round kind any more: take it off KIND_NOT_YET_PLUGGED"
+    else:
+        assert not named, (
+            f"{module} names a kind of round ({', '.join(named)}): look the plan's kind up "
+            "(fedfair.runtime.contract.training_stages, fedfair.secagg.round.round_kind) or move the code into "
+            f"the kind's plug-in ({', '.join(KIND_PLUG_INS)})"
+        )
+
+
+def test_the_kind_checker_sees_a_kind_named() -> None:
+    """The checker itself: an import of a kind's declaration, inside a function too, and a constant used are found."""
+    source = "def late():\n    from fedfair.secagg.bounded.stages import record_bytes\n    return BOUNDED_TRAINING\n"
+    assert kind_names(source, "fedfair.runtime.x", is_package=False) == [
+        "BOUNDED_TRAINING",
+        "fedfair.secagg.bounded.stages",
+    ]
+    assert kind_names("from fedfair.secagg.round import round_kind\n", "fedfair.runtime.x", False) == []

@@ -4,28 +4,19 @@ The fault tests need a collaborator to die exactly before (or right after) it up
 given stage of a given round, and the aggregator to die in the middle of any stage of a round or
 right after a round's checkpoint. Killing from outside cannot hit those points
 reliably, so the processes read one environment variable, ``FEDFAIR_TEST_FAULT``,
-which only the runtime tests set; a site lies in every bounded sum where ``FEDFAIR_TEST_LIAR`` names a factor
-(:func:`lying`). The points::
+which only the runtime tests set (a kind of round may read its own: a liar of the bounded sum,
+:data:`fedfair.runtime.collaborator.kinds.bounded.LIAR_VARIABLE`). The points::
 
 Why: docs/design.md, "Inside the runtime's shared modules".
 """
 
 from __future__ import annotations
 
-import math
 import os
 import signal
 import threading
 
-import numpy as np
-
-from fedfair.secagg.bounded.layout import Layout
-from fedfair.secagg.bounded.shares import Witness
-
 VARIABLE = "FEDFAIR_TEST_FAULT"
-
-LIAR_VARIABLE = "FEDFAIR_TEST_LIAR"
-"""``FEDFAIR_TEST_LIAR=FACTOR``: this site lies in every bounded sum, its update FACTOR times its bound."""
 
 
 FREEZE = "freeze:"
@@ -49,24 +40,3 @@ def maybe_die(point: str, round_number: int, stage: str = "") -> None:
             first = os.environ.pop(VARIABLE, None) is not None
         if first:
             os.kill(os.getpid(), signal.SIGSTOP)
-
-
-def lying(encoded: np.ndarray, bound_sq: int) -> tuple[np.ndarray, Witness | None]:
-    """The update a site sends in a bounded sum, and the witness it proves it with (None: the honest one).
-
-    Where FEDFAIR_TEST_LIAR names a factor, the update is scaled to that factor times the bound (B = sqrt(bound_sq),
-    the encoded scale; a zero update points along every coordinate) and proven with :func:`lying_witness`.
-    """
-    wanted = os.environ.get(LIAR_VARIABLE)
-    if not wanted:
-        return encoded, None
-    direction = encoded.astype(np.float64) if np.any(encoded) else np.ones(encoded.size)
-    scale = float(wanted) * math.sqrt(bound_sq) / float(np.linalg.norm(direction))
-    return np.round(direction * scale).astype(np.int64), lying_witness
-
-
-def lying_witness(layout: Layout, x: np.ndarray, projections: np.ndarray) -> np.ndarray:
-    """What a liar can claim: the true values, cut to the bits the layout has (a negative slack wraps)."""
-    values = [layout.bound_sq - sum(int(v) ** 2 for v in x), *(int(v) + layout.test_offset for v in projections)]
-    widths = [layout.norm_bits] + [layout.test_bits] * layout.tests
-    return np.array([(value >> bit) & 1 for value, width in zip(values, widths) for bit in range(width)], np.uint64)

@@ -25,7 +25,7 @@ import pytest
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.chain_record import CHAIN_SUFFIX, read_anchor
 from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
-from fedfair.runtime.faults import LIAR_VARIABLE
+from fedfair.runtime.collaborator.kinds.bounded import LIAR_VARIABLE
 from fedfair.runtime.local.forkserver import DISABLE
 from fedfair.runtime.local.processes import (
     FEDFAIR_COMMAND,

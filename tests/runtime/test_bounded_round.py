@@ -56,7 +56,7 @@ from fedfair.runtime.contract import (
     relayed_keys,
     round_setup,
 )
-from fedfair.runtime.faults import LIAR_VARIABLE
+from fedfair.runtime.collaborator.kinds.bounded import LIAR_VARIABLE
 from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.runtime.plan.bounded_noise import bounded_noise_mu
 from fedfair.runtime.transport import make_binding, pb

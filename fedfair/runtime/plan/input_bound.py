@@ -2,7 +2,8 @@
 
 In that mode every party proves its update within its L2 bound (``update_norm`` times its weight) to two
 verifiers: the aggregator and an auditor institution the manifest names (fedfair.secagg.bounded). Here: the
-keys, the auditor's independence (neither the aggregator nor a collaborator), the line ``fedfair plan show``
+keys, the round kind the mode runs (:func:`input_bound_kind`: the plan's side of the bounded sum's plug-in), the
+auditor's independence (neither the aggregator nor a collaborator), the line ``fedfair plan show``
 prints, and the bounds the proof's field cannot hold (:func:`check_bounded_round`). A site may refuse the auditor by name
 ([collaborator] refuse_auditors).
 
@@ -21,6 +22,7 @@ from fedfair.core.tables import Table
 from fedfair.pki.names import validate_name
 from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded.layout import Layout, squared_bound
+from fedfair.secagg.bounded.stages import BOUNDED_ROUND
 
 logger = logging.getLogger("fedfair.runtime")
 
@@ -42,6 +44,14 @@ class InputBound(Protocol):
     @property
     def auditor(self) -> str | None:
         """The auditor institution's name, set exactly when input_bound is two_verifiers."""
+
+
+def input_bound_kind(mode: str) -> str | None:
+    """The name of the round kind a training round runs under input_bound `mode` (None: the bound names none).
+
+    The bounded sum's under two verifiers; without a bound the plan's round_kind, else the default kind, runs.
+    """
+    return BOUNDED_ROUND.name if mode == TWO_VERIFIERS else None
 
 
 def read_input_bound(table: Table, enabled: bool) -> tuple[str, str | None]:

@@ -27,7 +27,7 @@ from fedfair.fairness import sums
 from fedfair.runtime.composition_counts import CompositionColumn, composition_columns, composition_length
 from fedfair.runtime.plan.evaluation import EvaluationSettings, read_evaluation
 from fedfair.runtime.plan.influence import InfluenceSettings, read_influence
-from fedfair.runtime.plan.input_bound import NO_INPUT_BOUND, TWO_VERIFIERS, read_input_bound
+from fedfair.runtime.plan.input_bound import NO_INPUT_BOUND, TWO_VERIFIERS, input_bound_kind, read_input_bound
 from fedfair.runtime.plan.limits import PLAN_NUMBER_MAX, number_in, positive
 from fedfair.runtime.plan.model import ModelSettings, read_model
 from fedfair.runtime.plan.privacy import (
@@ -45,9 +45,8 @@ from fedfair.secagg import EncodingConfig, SecurityParameters, check_no_wraparou
 from fedfair.secagg.config import holders_per_secret, threshold_in_force
 from fedfair.secagg.training_noise import noised_encoding
 from fedfair.secagg.graph import default_degree
-from fedfair.secagg.bounded.stages import BOUNDED_ROUND
-from fedfair.secagg.round import round_kind
-from fedfair.secagg.masked_round import SECURE_ROUND
+from fedfair.secagg import kinds as kinds  # registers the built-in round kinds, which a plan names
+from fedfair.secagg.round import default_round_kind, round_kind
 
 if TYPE_CHECKING:
     from fedfair.core.algorithm import FedSRCVaR
@@ -115,11 +114,11 @@ class SecureAggregationSettings:
     def training_kind(self) -> str:
         """The name of the round kind a training round runs.
 
-        ``round_kind``, else the bounded sum under the input bound, else the masked round.
+        ``round_kind``, else the kind the input bound implies (:func:`input_bound_kind`), else the default kind.
         """
         if self.round_kind is not None:
             return self.round_kind
-        return BOUNDED_ROUND.name if self.bounds_inputs else SECURE_ROUND.name
+        return input_bound_kind(self.input_bound) or default_round_kind().name
 
     @property
     def tolerates_dropouts(self) -> bool:

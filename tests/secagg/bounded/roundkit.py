@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from fedfair.pki.identity import generate_identity_key
-from fedfair.runtime.faults import lying_witness
+from fedfair.runtime.collaborator.kinds.bounded import lying_witness
 from fedfair.secagg import keys
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.exchange import Reveal

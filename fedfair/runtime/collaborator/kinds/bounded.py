@@ -34,15 +34,14 @@ from fedfair.core.errors import (
 )
 from fedfair.runtime.collaborator.outcome import Excluded
 from fedfair.runtime.collaborator.steps import Participant, StageInput, Step, Work, register_kind_steps
-from fedfair.runtime import faults
 from fedfair.runtime.contract import ACCEPTED, RoundParameters, relayed_keys, round_setup
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.plan.bounded_noise import bounded_fractional_bits, bounded_noise_mu
-from fedfair.secagg.bounded.layout import squared_bound
+from fedfair.secagg.bounded.layout import Layout, squared_bound
 from fedfair.secagg.bounded.parameters import round_parameters
 from fedfair.secagg.bounded.peers import BoundedSite
 from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord
-from fedfair.secagg.bounded.shares import encode_within_bound, honest_witness
+from fedfair.secagg.bounded.shares import Witness, encode_within_bound, honest_witness
 from fedfair.secagg.round import AnyStage, RoundSetup, SecureRound
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND
 from fedfair.secagg.pieces import Pieces, placed
@@ -116,7 +115,7 @@ def share(me: Participant, work: Work, inputs: StageInput) -> bytes:
         )
     party = config.party_id(me.name)
     own_bound = squared_bound(bounded.update_norm, bounded.weights[party], bounded.fractional_bits)
-    encoded, witness = faults.lying(work.encoded, own_bound)
+    encoded, witness = lying(work.encoded, own_bound)
     work.encoded = None
     site = protocol.client(bounded, party, me.identity_key, witness or honest_witness)
     upload = spec.step(site, opening, lambda: encoded)
@@ -307,6 +306,32 @@ def site_setup(me: Participant, parameters: RoundParameters) -> RoundSetup:
 def _not_asked() -> np.ndarray:
     """The encoded input, which only SHARE takes."""
     raise ProtocolError("only SHARE takes this site's encoded update")
+
+
+LIAR_VARIABLE = "FEDFAIR_TEST_LIAR"
+"""``FEDFAIR_TEST_LIAR=FACTOR``: this site lies in every bounded sum, its update FACTOR times its bound (test-only,
+as the faults of :mod:`fedfair.runtime.faults`)."""
+
+
+def lying(encoded: np.ndarray, bound_sq: int) -> tuple[np.ndarray, Witness | None]:
+    """The update a site sends in a bounded sum, and the witness it proves it with (None: the honest one).
+
+    Where FEDFAIR_TEST_LIAR names a factor, the update is scaled to that factor times the bound (B = sqrt(bound_sq),
+    the encoded scale; a zero update points along every coordinate) and proven with :func:`lying_witness`.
+    """
+    wanted = os.environ.get(LIAR_VARIABLE)
+    if not wanted:
+        return encoded, None
+    direction = encoded.astype(np.float64) if np.any(encoded) else np.ones(encoded.size)
+    scale = float(wanted) * math.sqrt(bound_sq) / float(np.linalg.norm(direction))
+    return np.round(direction * scale).astype(np.int64), lying_witness
+
+
+def lying_witness(layout: Layout, x: np.ndarray, projections: np.ndarray) -> np.ndarray:
+    """What a liar can claim: the true values, cut to the bits the layout has (a negative slack wraps)."""
+    values = [layout.bound_sq - sum(int(v) ** 2 for v in x), *(int(v) + layout.test_offset for v in projections)]
+    widths = [layout.norm_bits] + [layout.test_bits] * layout.tests
+    return np.array([(value >> bit) & 1 for value, width in zip(values, widths) for bit in range(width)], np.uint64)
 
 
 def _bounded_steps(protocol: SecureRound) -> dict[AnyStage, Step]:
