@@ -245,14 +245,13 @@ KIND_CONSTANTS = frozenset(
     {"SECURE_ROUND", "BOUNDED_ROUND", "BOUNDED_TRAINING", "BoundedStage", "BoundedSite", "BoundedServer", "Auditor"}
 )
 """The names of one kind's declaration, its stages or its parties."""
-KIND_PLUG_INS = ("fedfair.runtime.collaborator.kinds", "fedfair.runtime.plan.input_bound")
-"""The runtime's side of each built-in kind: its collaborator steps, and the plan's input bound that names the
-bounded sum. Everything else in the runtime looks a kind up by name (issue 92)."""
-KIND_NOT_YET_PLUGGED = {
-    "fedfair.runtime.auditor.rounds": "the bounded sum's second verifier, which no kind's registration makes yet",
-}
-"""Runtime modules that still name a kind, with why: each is to move into its kind's plug-in, and leaves this list
-when it does (the test below fails on one that no longer names a kind, so the list only shrinks)."""
+KIND_PLUG_INS = (
+    "fedfair.runtime.collaborator.kinds",
+    "fedfair.runtime.auditor.kinds",
+    "fedfair.runtime.plan.input_bound",
+)
+"""The runtime's side of each built-in kind: its collaborator steps, its auditor's, and the plan's input bound that
+names the bounded sum. Everything else in the runtime looks a kind up by name (issue 92)."""
 
 
 def kind_names(source: str, module: str, is_package: bool) -> list[str]:
@@ -276,14 +275,11 @@ def test_no_runtime_module_outside_the_kinds_plug_ins_names_a_round_kind(module:
     """A generic runtime module takes its round kind from the plan through the registry, never a kind's own."""
     path = MODULES[module]
     named = kind_names(path.read_text(), module, path.name == "__init__.py")
-    if module in KIND_NOT_YET_PLUGGED:
-        assert named, f"{module} names no round kind any more: take it off KIND_NOT_YET_PLUGGED"
-    else:
-        assert not named, (
-            f"{module} names a kind of round ({', '.join(named)}): look the plan's kind up "
-            "(fedfair.runtime.contract.training_stages, fedfair.secagg.round.round_kind) or move the code into "
-            f"the kind's plug-in ({', '.join(KIND_PLUG_INS)})"
-        )
+    assert not named, (
+        f"{module} names a kind of round ({', '.join(named)}): look the plan's kind up "
+        "(fedfair.runtime.contract.training_stages, fedfair.secagg.round.round_kind) or move the code into "
+        f"the kind's plug-in ({', '.join(KIND_PLUG_INS)})"
+    )
 
 
 def test_the_kind_checker_sees_a_kind_named() -> None:

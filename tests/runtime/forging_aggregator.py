@@ -39,8 +39,7 @@ from fedfair.core import server as server_step
 from fedfair.core.algorithm import FedSRCVaR
 import numpy as np
 
-from fedfair.runtime.contract import EVALUATION, TRAINING, Stages, session_round
-from tests.runtime.wire_stages import BOUNDED_TRAINING
+from fedfair.runtime.contract import EVALUATION, TRAINING, Stages, session_round, training_of
 from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded import server as bounded_server
 from fedfair.secagg.bounded.context import BoundedContext
@@ -51,9 +50,12 @@ from fedfair.secagg.bounded.exchange import Commitments, SeedReveal
 from fedfair.secagg.bounded.messages import Encoded
 from fedfair.secagg.bounded.verifier import Role, Verifier, sign
 from fedfair.secagg.bounded.verifying import RoundVerifier
-from fedfair.secagg.bounded.stages import BoundedStage
+from fedfair.secagg.bounded.stages import BOUNDED_ROUND, BoundedStage
 from fedfair.secagg.round import AnyStage, Opening, ServerOrder
 from fedfair.secagg.server import AggregateResult, Server
+
+BOUNDED_TRAINING = training_of(BOUNDED_ROUND)
+"""A training round under the bounded sum (this script runs alone: it takes nothing of the tests' modules)."""
 
 
 def forge(round_number: int, stages: Stages = TRAINING) -> None:

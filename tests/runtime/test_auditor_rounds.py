@@ -13,7 +13,7 @@ import pytest
 
 from fedfair.core.errors import IdentityError, ProtocolError
 from fedfair.runtime.auditor.config import check_auditor_identity
-from fedfair.runtime.auditor.rounds import AuditorRounds
+from fedfair.runtime.auditor.kinds.bounded import AuditorRounds
 from tests.runtime.wire_stages import BOUNDED_TRAINING
 from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.runtime.transport import make_binding, pb

@@ -10,7 +10,7 @@ with site-c's input in it. What round 2 may do depends on whether it sends new i
   waits once for site-c and voids round 2 naming it (lost for good). Where site-c returns, it checks round 2's
   model (the plan's initial one: it verified no total) and re-sends its kept input: the auditor totals the same
   inputs over the same sites again, and round 2 applies. A total over fewer sites the auditor withholds
-  (:meth:`~fedfair.runtime.auditor.rounds.AuditorRounds._check_inputs_totalled_before`,
+  (:meth:`~fedfair.runtime.auditor.kinds.bounded.AuditorRounds._check_inputs_totalled_before`,
   tests/runtime/test_bounded_rerun.py).
 
 A site the aggregator sends a tampered verdict record refuses it and stops (FORGED, exit 2) before its tags: it is such

@@ -27,7 +27,8 @@ from fedfair.core.errors import (
     WireError,
 )
 from fedfair.runtime.auditor.config import ROLE, AuditorConfig, check_auditor_identity
-from fedfair.runtime.auditor.rounds import AuditorRounds
+from fedfair.runtime.auditor import kinds as kinds  # registers the built-in kinds' auditors
+from fedfair.runtime.auditor.steps import AUDITOR_STEPS, AuditorSteps
 from fedfair.runtime.auditor.totals import check_kept_state
 from fedfair.runtime.collaborator.connection import Connection, get_plan
 from fedfair.runtime.collaborator.preparation import plan_change
@@ -60,7 +61,7 @@ class AuditorProcess:
         self.uplink = Uplink()
         self._shared: SharedSettings | None = None
         self._plan_digest = ""
-        self._rounds: AuditorRounds | None = None
+        self._rounds: AuditorSteps | None = None
 
     # ------------------------------------------------------------ lifecycle: the connection's
 
@@ -86,7 +87,7 @@ class AuditorProcess:
         return self._plan_digest
 
     @property
-    def rounds(self) -> AuditorRounds:
+    def rounds(self) -> AuditorSteps:
         """What the auditor computes, round by round (once :meth:`setup` ran)."""
         assert self._rounds is not None, "the plan is fetched (setup) before any task"
         return self._rounds
@@ -105,7 +106,8 @@ class AuditorProcess:
         except ConfigError as error:
             raise plan_mismatch(ROLE, error) from None
         secure = shared.secure_aggregation
-        if secure.input_bound != TWO_VERIFIERS or secure.auditor != self.config.name:
+        make = AUDITOR_STEPS.get(secure.training_kind) if secure.enabled else None
+        if make is None or secure.auditor != self.config.name:
             said = "declares no input bound" if secure.auditor is None else f"names {secure.auditor!r} as its auditor"
             raise plan_mismatch(
                 ROLE,
@@ -113,7 +115,7 @@ class AuditorProcess:
                 f'([secure_aggregation] input_bound = "{TWO_VERIFIERS}", auditor = "{self.config.name}")',
             )
         self._shared, self._plan_digest = shared, reply.plan_digest
-        self._rounds = AuditorRounds(self.config, self.identity, shared)
+        self._rounds = make(self.config, self.identity, shared)
         prepare_verification(secure, self.config.name)
 
     def plan_change(self, reply: pb.PlanReply) -> FailureError | None:

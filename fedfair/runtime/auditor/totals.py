@@ -3,7 +3,7 @@
 A site sends one input per model: a round the aggregator runs again, and a later round on a model a void round
 left, carry each site's kept input again (under distributed DP only the same round does: each round's input is
 trained afresh). The auditor totals the same inputs over the same sites or not at all
-(:meth:`AuditorRounds.step <fedfair.runtime.auditor.rounds.AuditorRounds.step>`): two totals of them over
+(:meth:`AuditorRounds.step <fedfair.runtime.auditor.kinds.bounded.AuditorRounds.step>`): two totals of them over
 different sites could be subtracted. So each first total's sites are written (atomically) before it is uploaded.
 
 The same inputs over the same sites carry the same noise, or two draws could be averaged: each round's noise is

@@ -1,6 +1,6 @@
-"""What the auditor computes, round by round: its steps of the bounded sum, from the bytes each stage's input holds.
+"""What the auditor computes in the bounded sum, round by round: its steps, from the bytes each stage's input holds.
 
-No I/O here (:mod:`fedfair.runtime.auditor.process` moves the bytes). At AUDITOR_KEY the input is the round's public
+Registered as the bounded sum's auditor (:func:`~fedfair.runtime.auditor.steps.register_auditor_steps`). No I/O here (:mod:`fedfair.runtime.auditor.process` moves the bytes). At AUDITOR_KEY the input is the round's public
 parameters as the aggregator states them (:class:`~fedfair.runtime.contract.RoundParameters`): the auditor checks
 that they describe a bounded training round of its own plan over the manifest's collaborators, checks every relayed
 certificate against the CA and the manifest's pins (:func:`~fedfair.runtime.contract.relayed_keys`), and derives the
@@ -21,6 +21,7 @@ import numpy as np
 
 from fedfair.core.errors import IdentityError, ProtocolError, VerificationError
 from fedfair.runtime.auditor.config import AuditorConfig, AuditorIdentity
+from fedfair.runtime.auditor.steps import register_auditor_steps
 from fedfair.runtime.auditor.totals import TotalledRound, kept_state
 from fedfair.runtime.contract import RoundParameters, relayed_keys, round_setup, training_of
 from fedfair.runtime.manifest import pinned_verifier
@@ -194,3 +195,6 @@ class AuditorRounds:
 def _not_asked() -> np.ndarray:
     """A site's encoded input, which no auditor stage takes."""
     raise ProtocolError("the auditor has no encoded input: only a site's SHARE takes one")
+
+
+register_auditor_steps(BOUNDED_ROUND.name, AuditorRounds)
