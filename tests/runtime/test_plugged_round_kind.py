@@ -7,7 +7,8 @@ registered by name (``register_round_kind``), its collaborator steps the masked 
 and named by the plan (``[secure_aggregation] round_kind``). No file under fedfair/ names it and no schema edit
 numbers it: on the wire it is (TRAIN, step 6), its place in the declaration, and real gRPC over loopback mutual
 TLS carries it between an aggregator and three sites in threads. The toy kind of tests/secagg/test_round_kinds.py
-plugs in the same way, and every runtime lookup of its stages reads its declaration.
+(a plain sum in two stages, no VERIFY) plugs in the same way with no collaborator steps of its own, every runtime
+lookup of its stages reads its declaration, and its federation ends on the plain federation's model.
 """
 
 from __future__ import annotations
