@@ -5,9 +5,9 @@
 back-off, idle watchdog, the task loop) and uploads through the collaborator's
 :class:`~fedfair.runtime.collaborator.uplink.Uplink`: it only supplies what a task computes. Before it dials it
 checks what is local (:func:`~fedfair.runtime.auditor.config.check_auditor_identity`); on the plan it fetches, that
-the plan is its manifest's and declares the two-verifier input bound naming it; then, round after round, it takes
-the bounded sum's auditor stages (:mod:`fedfair.runtime.auditor.rounds`), its tags of its total under the verdict
-record last, until the federation finishes.
+the plan is its manifest's and its training kind has an auditor, which it names; then, round after round, it takes
+that kind's auditor stages with the steps the kind registered (:mod:`fedfair.runtime.auditor.steps`; the bounded
+sum's end with its tags of its total under the verdict record), until the federation finishes.
 
 Why: docs/security.md, "Bounded inputs (two verifiers)".
 """
