@@ -1,4 +1,4 @@
-"""Run one bounded secure sum inside one process: n sites, the aggregator and the auditor, no network.
+"""The bounded sum's cast and faults for the one simulator: n sites, the aggregator and the auditor, no network.
 
 The round runs in the one simulator (:func:`~fedfair.secagg.simulate.run_round`), over
 :data:`~fedfair.secagg.bounded.stages.BOUNDED_ROUND`'s stages as a runtime runs them, among the parties
