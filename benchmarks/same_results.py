@@ -1,0 +1,138 @@
+"""Whether a change kept behaviour: study runs' results and a plain-sum federation's bundle, byte for byte.
+
+    python benchmarks/same_results.py record OUT [--only NAME,...]   # with the interpreter of the tree to record
+    python benchmarks/same_results.py compare BEFORE AFTER
+
+``record`` runs, with whichever fedfair the interpreter imports (another tree's ``.venv/bin/python``, or this
+one's with ``PYTHONPATH`` at an exported tree, records that tree), 24 short study runs
+(:func:`fedfair.research.runs.execute`, as ``fedfair reproduce`` runs them: every method of the study on Adult;
+FedSRCVaR under secure aggregation, also with an MLP and on RAND HIE, with drift correction with and without it,
+with server Adam, an MLP, float64 and on RAND HIE; AFL on RAND HIE) and one ``fedfair launch
+--no-secure-aggregation`` federation of three processes over gRPC and mutual TLS, with a fixed seed. Every run is
+seeded, so each result is a function of the code alone; the files written are what that function returned, less
+what a machine's clock puts in:
+
+- ``runs/NAME.json``: the run's result as the study caches it (sorted keys), without ``cpu_seconds``;
+- ``bundle/tensors.bin``: the bundle's tensors' bytes in name order, with each one's name, dtype and shape in
+  ``bundle/metadata.json``, beside the bundle's metadata without ``provenance.created`` (its writing time).
+
+``compare`` runs ``cmp`` over the two folders' files and prints each that differs, is missing or is extra; it
+exits 1 when any does. A record takes a few CPU minutes (one process, one torch thread; nice it on a shared
+machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from fedfair.research.method_names import METHOD_NAMES
+
+ROUNDS = "5"
+COMMON = ("--dataset", "adult", "--rounds", ROUNDS, "--seed", "0")
+FEDSRCVAR = ("--method", "fedsrcvar", "--epsilon", "0.1", "--rho", "0.3")
+RUNS: dict[str, tuple[str, ...]] = {
+    **{method: ("--method", method) for method in METHOD_NAMES},
+    "fedsrcvar-secure": (*FEDSRCVAR, "--secure-aggregation"),
+    "fedsrcvar-secure-mlp": (*FEDSRCVAR, "--secure-aggregation", "--model", "mlp"),
+    "fedsrcvar-secure-rand-hie": (*FEDSRCVAR, "--secure-aggregation", "--dataset", "rand-hie"),
+    "fedsrcvar-scaffold": (*FEDSRCVAR, "--drift-correction", "scaffold", "--local-steps", "3"),
+    "fedsrcvar-scaffold-secure": (*FEDSRCVAR, "--drift-correction", "scaffold", "--secure-aggregation"),
+    "fedsrcvar-adam": (*FEDSRCVAR, "--server-adam-lr", "0.01"),
+    "fedsrcvar-mlp": (*FEDSRCVAR, "--model", "mlp"),
+    "fedsrcvar-float64": (*FEDSRCVAR, "--dtype", "float64"),
+    "fedsrcvar-rand-hie": (*FEDSRCVAR, "--dataset", "rand-hie"),
+    "afl-rand-hie": ("--method", "afl", "--dataset", "rand-hie"),
+    "fedsrcvar-test-split": (*FEDSRCVAR,),
+}
+"""Name -> `fedfair simulate` flags beyond COMMON (a later --dataset wins); every run is judged on validation rows
+but the last, which is judged on the test rows. No run adds DP noise: it comes from the OS's CSPRNG, so two runs of
+one tree differ (measured at b3f19e8e: DP-SGD, distributed DP, TERM and PropFair under it each differed)."""
+
+LAUNCH = ("launch", "--no-secure-aggregation", "--no-fedavg", "--seed", "0", "--rounds", "3", "--collaborators", "3")
+
+
+def record(out: Path, only: frozenset[str]) -> None:
+    """Write every run's result (those named in `only`, if any) and the federation's bundle under `out`."""
+    import torch
+
+    from fedfair.research.runs import Run, execute
+
+    torch.set_num_threads(1)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    for name, flags in RUNS.items():
+        if only and name not in only:
+            continue
+        split = "test" if name.endswith("test-split") else "validation"
+        result = execute(Run((*COMMON, *flags), split))
+        result.pop("cpu_seconds")
+        (out / "runs" / f"{name}.json").write_text(json.dumps(result, sort_keys=True))
+        print(f"{name}: worst risk {result.get('worst_risk')}", flush=True)
+    if only and "bundle" not in only:
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        workdir = Path(folder) / "launch"
+        fedfair = Path(sys.executable).parent / "fedfair"
+        subprocess.run([str(fedfair), *LAUNCH, "--workdir", str(workdir)], check=True, stdout=subprocess.DEVNULL)
+        keep_bundle(workdir / "aggregator" / "output" / "model_bundle.pt", out / "bundle")
+    print(f"recorded under {out}")
+
+
+def keep_bundle(path: Path, out: Path) -> None:
+    """The bundle at `path` as `out`/tensors.bin and `out`/metadata.json, its writing time left out."""
+    import torch
+
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    metadata: dict[str, Any] = json.loads(payload["metadata"])
+    metadata["provenance"].pop("created")
+    tensors = payload["state_dict"]
+    metadata["tensors"] = {name: [str(tensors[name].dtype), list(tensors[name].shape)] for name in sorted(tensors)}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metadata.json").write_text(json.dumps(metadata, sort_keys=True))
+    (out / "tensors.bin").write_bytes(
+        b"".join(tensors[name].contiguous().numpy().tobytes() for name in sorted(tensors))
+    )
+
+
+def compare(before: Path, after: Path) -> int:
+    """Print each file that differs between the two records; 1 if any does, else 0."""
+    names = sorted(
+        {str(path.relative_to(root)) for root in (before, after) for path in root.rglob("*") if path.is_file()}
+    )
+    different = []
+    for name in names:
+        if not (before / name).is_file() or not (after / name).is_file():
+            different.append(f"{name}: only in {before if (before / name).is_file() else after}")
+        elif subprocess.run(["cmp", "-s", str(before / name), str(after / name)]).returncode != 0:
+            different.append(f"{name}: differs")
+    print(f"{len(names) - len(different)} of {len(names)} files byte-identical")
+    for line in different:
+        print(f"  {line}")
+    return 1 if different else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    one = commands.add_parser("record", help="record this interpreter's fedfair")
+    one.add_argument("out", type=Path)
+    one.add_argument("--only", default="", help="comma-separated run NAMEs and/or 'bundle' (default: all)")
+    both = commands.add_parser("compare", help="cmp two records")
+    both.add_argument("before", type=Path)
+    both.add_argument("after", type=Path)
+    args = parser.parse_args()
+    if args.command == "record":
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        record(args.out, frozenset(name for name in args.only.split(",") if name))
+    else:
+        sys.exit(compare(args.before, args.after))
+
+
+if __name__ == "__main__":
+    main()
