@@ -38,6 +38,7 @@ from fedfair.runtime.plan.privacy import (
     statistics_release,
     training_privacy,
 )
+from fedfair.secagg import SecurityParameters
 from tests.runtime.harness import Processes, new_workspace, thread_federation
 
 
@@ -54,8 +55,8 @@ def test_one_answer_spends_the_plans_epsilon() -> None:
 def test_the_honest_survivors_carry_the_whole_noise() -> None:
     release = answer_release(PlanPrivacy(report_epsilon=2.0), ())
     # Five sites, quorum 3, one colluder, the complete graph: the smallest round's t = max(3 // 2 + 1, 1 + 2).
-    floor = plan_floor(5, 3, 1, True, None, None)
-    assert floor == 3 and plan_floor(5, 3, 1, False, None, None) == 5
+    floor = plan_floor(5, 3, SecurityParameters(max_colluding=1), True)
+    assert floor == 3 and plan_floor(5, 3, SecurityParameters(max_colluding=1), False) == 5
     share = party_mu(release, floor, colluders=1)
     assert (floor - 1) * share == pytest.approx(release.mu, rel=1e-12)
     # The decoded sum of all five parties carries 5 shares: variance 2 * 5 * share, in real units.
@@ -155,7 +156,7 @@ def test_a_noised_federation_reports_with_the_noise_each_site_charged(tmp_path: 
     evaluations = [record["evaluation"] for record in read_round_log(workspace.output) if "evaluation" in record]
     assert evaluations and all(item["status"] == "done" for item in evaluations)
     release = answer_release(PlanPrivacy(report_epsilon=1.0), ())
-    expected_std = decoded_noise_std(release, plan_floor(3, 2, 0, True, None, None), 0, 3)
+    expected_std = decoded_noise_std(release, plan_floor(3, 2, SecurityParameters(), True), 0, 3)
     assert all(item["noise_std"] == pytest.approx(expected_std, rel=1e-9) for item in evaluations)
     for name in names:
         ledger = open_ledger(load_collaborator_config(workspace.configs[name])).releases()

@@ -37,6 +37,7 @@ from fedfair.runtime.plan.limits import number_in, positive
 from fedfair.runtime.composition_counts import CompositionColumn, composition_length, composition_sensitivity
 from fedfair.core.tables import Table, field_names
 from fedfair.secagg.config import holders_per_secret, threshold_in_force
+from fedfair.secagg.security import SecurityParameters
 from fedfair.secagg.noise import check_mu
 
 ROUNDING_BETA = 1e-12
@@ -221,24 +222,17 @@ def _answer_release(epsilon: float, delta: float, columns: tuple[CompositionColu
 
 
 @functools.lru_cache(maxsize=64)
-def plan_floor(
-    collaborators: int,
-    quorum: int,
-    max_colluding: int,
-    tolerates_dropouts: bool,
-    threshold: int | None,
-    neighbours: int | None,
-) -> int:
+def plan_floor(collaborators: int, quorum: int, security: SecurityParameters, tolerates_dropouts: bool) -> int:
     """The fewest survivors of any sum the secure-aggregation protocol can unmask under the plan.
 
     Every collaborator under ``dropouts = "none"``. Else the least threshold t in force over every round size p
     the plan allows, from `quorum` ([quorum] min_collaborators) to `collaborators`, by the protocol's own rules
-    (:func:`fedfair.secagg.config.holders_per_secret`, :func:`~fedfair.secagg.config.threshold_in_force`) on
-    the plan's graph (`neighbours`, None for the complete graph). On the complete graph, which a degree of
-    `collaborators` - 1 is as well, t follows each round's own size, so the smallest round decides. No client
-    signs a survivor set below t, and the rule keeps t >= max_colluding + 2: at least two honest survivors. A
-    manifest's min_round_size may only raise the floor, which a collaborator enforces, so noise calibrated to
-    it is never too little.
+    (:func:`fedfair.secagg.config.holders_per_secret`, :func:`~fedfair.secagg.config.threshold_in_force`) under the
+    plan's `security` (its threshold, collusion bound and masking graph's degree, None for the complete graph). On
+    the complete graph, which a degree of `collaborators` - 1 is as well, t follows each round's own size, so the
+    smallest round decides. No client signs a survivor set below t, and the rule keeps t >= max_colluding + 2: at
+    least two honest survivors. A manifest's min_round_size may only raise the floor, which a collaborator
+    enforces, so noise calibrated to it is never too little.
 
     Raises:
         ConfigError: no round size the plan allows can run under the threshold rule, so no floor exists.
@@ -248,15 +242,15 @@ def plan_floor(
     thresholds = []
     for parties in range(quorum, collaborators + 1):
         try:
-            holders = holders_per_secret(parties, collaborators, neighbours)
-            thresholds.append(threshold_in_force(threshold, holders, max_colluding))
+            holders = holders_per_secret(parties, collaborators, security.neighbours)
+            thresholds.append(threshold_in_force(security.threshold, holders, security.max_colluding))
         except ConfigError:
             continue  # the protocol runs no round of this size
     if not thresholds:
         raise ConfigError(
             f"no round of {quorum} to {collaborators} collaborators satisfies the secure-aggregation threshold "
-            f"rule (threshold {threshold}, max_colluding {max_colluding}), so no noise floor holds; omit threshold "
-            "or lower max_colluding"
+            f"rule (threshold {security.threshold}, max_colluding {security.max_colluding}), so no noise floor "
+            "holds; omit threshold or lower max_colluding"
         )
     return min(thresholds)
 
