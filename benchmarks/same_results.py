@@ -106,21 +106,21 @@ def keep_bundle(path: Path, out: Path) -> None:
 def compare(before: Path, after: Path, again: Path | None) -> int:
     """Print each file that differs between the two records; 1 if any does, else 0.
 
-    With `again`, a second record of `before`'s tree (of some runs, or all), a file that differs between `before`
-    and `again` is not a function of the code (randomness a run draws from the OS): it is reported apart and not held against `after`.
+    With `again`, a second record of `before`'s tree (of some runs, or all), a file that both hold and that differs
+    between them is not a function of the code (randomness a run draws from the OS): it is reported apart and not
+    held against `after`.
     """
-    roots = (before, after) if again is None else (before, after, again)
-    names = sorted({str(path.relative_to(root)) for root in roots for path in root.rglob("*") if path.is_file()})
-    unrepeatable = [
-        name
-        for name in names
-        if again is not None and (again / name).is_file() and not _same(before / name, again / name)
-    ]
+    names = sorted(
+        {str(path.relative_to(root)) for root in (before, after) for path in root.rglob("*") if path.is_file()}
+    )
+    repeated = [name for name in names if again is not None and (before / name).is_file() and (again / name).is_file()]
+    unrepeatable = [name for name in repeated if again is not None and not _same(before / name, again / name)]
     compared = [name for name in names if name not in unrepeatable]
     different = [name for name in compared if not _same(before / name, after / name)]
     print(f"{len(compared) - len(different)} of {len(compared)} files byte-identical")
     for name in different:
-        print(f"  differs: {name}")
+        missing = [str(root) for root in (before, after) if not (root / name).is_file()]
+        print(f"  differs: {name}" if not missing else f"  missing from {missing[0]}: {name}")
     for name in unrepeatable:
         print(f"  not compared, differs between two records of {before}'s tree: {name}")
     return 1 if different else 0
