@@ -86,9 +86,13 @@ def _goal_rows(document: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def stage_rows(document: Mapping[str, Any]) -> list[tuple[str, ...]]:
-    """Per stage of the bounded round: a site's most bytes up and down in it, at d = 10^5 for each n."""
+    """Per stage in which a site sends or is sent anything: its most bytes up and down in it, at d = 10^5 for each n."""
     rows = _goal_rows(document)
-    stages = list(rows[0]["site_stage_bytes"]) if rows else []
+    stages = [
+        stage
+        for stage in (rows[0]["site_stage_bytes"] if rows else ())
+        if any(sum(row["site_stage_bytes"][stage]) for row in rows)
+    ]
     return [
         (
             stage,
