@@ -36,7 +36,8 @@ is shared) and bytes:
 - where a site's bytes go: ``site_stage_bytes`` (per stage, the most a site sent and was sent),
   ``site_upload_parts`` (its SHARE upload by part: the x share, the witness share, the proof share, the blind
   and claimed parts, the sealed seed, digests, signatures, framing) and ``site_record_parts`` (the verdict
-  record by part: the total, the verifier messages, signatures, framing).
+  record by part: the total, the verifier messages, signatures, the context's digest, the query seed and the
+  noise commitment, framing).
 
 The bound is B = 2^15 in the encoded scale (a coordinate of a 16-bit word), where 64 range tests suffice;
 a larger B needs more (``tests``). The one-aggregator alternative is priced from the Pedersen MSM measured
@@ -145,8 +146,8 @@ def simulated_round(parties: int, dimension: int) -> BoundedTrace:
 
 
 def upload_parts(trace: BoundedTrace) -> dict[str, int]:
-    """A site's SHARE upload split by what it carries, in its wire bytes (one site's, as the aggregator received it)."""
-    share = next(iter(trace.shares.values()))
+    """A site's SHARE upload split by what it carries, in its wire bytes: the largest one, as ``site_upload_bytes``."""
+    share = trace.shares[max(trace.upload_bytes, key=lambda party: trace.upload_bytes[party])]
     leader, sealed = share.leader, share.sealed
     dimension = trace.context.dimension
     inputs = field.wire_bytes(leader.share.inputs.size)
@@ -172,6 +173,7 @@ def record_parts(trace: BoundedTrace) -> dict[str, int]:
         "verifier_messages": sum(len(item.leader_message) + len(item.helper_message) for item in evidence),
         "signatures": len(record.signature)
         + sum(len(item.leader_signature) + len(item.helper_signature) + len(item.party_signature) for item in evidence),
+        "seeds_and_digests": len(trace.context.digest) + len(record.query_seed) + len(record.noise_commitment),
     }
     parts["framing"] = trace.record_bytes - sum(parts.values())
     return parts

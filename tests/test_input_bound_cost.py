@@ -58,6 +58,24 @@ def test_the_round_bytes_are_the_reports_messages_for_every_party(benchmarks: tu
     assert all(measured[key] > 0 for key in ("site_check_cpu_s", "aggregator_round_cpu_s", "auditor_round_cpu_s"))
 
 
+def test_a_sites_bytes_by_part_add_up_to_what_it_sent_and_was_sent(benchmarks: tuple[Any, Any]) -> None:
+    cost, _ = benchmarks
+    parties, dimension = 3, 300
+    measured, report = cost.round_costs(parties, dimension), cost.bounded_costs(dimension)
+    upload, record = measured["site_upload_parts"], measured["site_record_parts"]
+    assert sum(upload.values()) == measured["site_upload_bytes"]
+    assert sum(record.values()) == measured["site_record_bytes"]
+    # x at 61 bits a coordinate; the proof's share is its 2N - 1 = 127 polynomial values and the 32-byte seed of its
+    # wire seeds, not the 4c wire seeds themselves; the rest is the length prefixes of the messages' fields.
+    assert upload["x_share"] == (61 * dimension + 7) // 8
+    assert upload["proof_share"] == (61 * 127 + 7) // 8 + 32
+    assert 0 < upload["framing"] <= 128 and 0 < record["framing"] <= 100 + 48 * parties  # 8-byte prefixes, ids
+    assert record["total"] == (61 * dimension + 7) // 8
+    assert record["verifier_messages"] == 2 * parties * report["verifier_message_bytes"]
+    stages = measured["site_stage_bytes"]
+    assert stages["SHARE"][0] == measured["site_upload_bytes"] and stages["DECIDE"][1] == measured["site_record_bytes"]
+
+
 def test_the_masked_round_a_site_is_compared_with_sends_it_every_survivors_masked_input(
     benchmarks: tuple[Any, Any],
 ) -> None:
