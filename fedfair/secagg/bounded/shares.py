@@ -4,10 +4,11 @@ The aggregator (the leader) receives an explicit share of the input and of the p
 seed its share of the proof's wire seeds expands from, and a blind; the auditor (the helper) receives a 32-byte
 seed from which its shares expand, so its download does not grow with d. The wire seeds need only be uniform
 and unknown to each verifier alone, so both shares of them can be pseudorandom: the prover draws the
-aggregator's from a seed too, and its part carries 32 bytes where it carried 4 c elements (53 kB at d = 10^5). Joint randomness comes in two steps (Fiat-Shamir), so that a client cannot choose its input
-after seeing its tests: the range tests from the hashes of x's shares, then the bit weights from the
-hashes of the witness's shares too. Each hash of the leader's share is keyed by a secret blind: the
-auditor, who knows its own share, cannot test guesses of x against it.
+aggregator's from a seed too, and its part carries 32 bytes where it carried 4 c elements (53 kB at d = 10^5).
+Joint randomness comes in two steps (Fiat-Shamir), so that a client cannot choose its input after seeing its
+tests: the range tests from the hashes of x's shares, then the bit weights from the hashes of the witness's
+shares too. Each hash of the leader's share is keyed by a secret blind: the auditor, who knows its own share,
+cannot test guesses of x against it.
 """
 
 from __future__ import annotations
