@@ -33,6 +33,7 @@ from fedfair.runtime.aggregator.progress_line import report_progress
 from fedfair.runtime.aggregator.round_identities import RoundIdentities, aggregator_setup, relayed_identities
 from fedfair.runtime.contract import (
     ACCEPTED,
+    TRAINING,
     RoundParameters,
     Stages,
     model_digest,
@@ -199,6 +200,8 @@ class SumDriver:
         started = time.perf_counter()
         timeout = self.settings.stage_timeout
         binding = self.gate.open(round_number, stage, timeout_seconds=timeout, participants=expected)
+        if stages is TRAINING:  # kept for a site that misses the round, once it applies (.past_rounds)
+            self.board.past_rounds.opened(binding, inputs)
         handler = self._with_fault_points(round_number, stages, stage, handler)
         timing = self.grace.timing(expected)
         self.board.open_stage(
@@ -365,6 +368,8 @@ class SumDriver:
         )
         del inputs  # a claimed sum's d + 1 words: the board's parts hold them no longer than the stage
         refused = sorted(expected - uploaded)
+        if spec.upload is None:
+            outcome.verified_by = uploaded
         if spec.upload is None and refused:
             # With the true sum claimed and its tags adding up, an honest survivor accepts it: one that did not
             # answer dropped out (or lies); the model is the survivors' sum all the same.
