@@ -55,7 +55,10 @@ def catch_up(me: Participant, uplink: Uplink, stub: pb_grpc.FederationStub, thro
             continue
         parameters, past = _parsed(me, round_number, inputs)
         config = parameters.secagg_config(me.shared.federation_id, TRAINING)
-        words = check_past_sum(past, config, me.verify)
+        try:
+            words = check_past_sum(past, config, me.verify)
+        except VerificationError as error:  # named by the training round, as the model chain names its refusals
+            raise VerificationError(round_number, error.reason, f"{error.detail} (a round it missed)") from None
         survivors = frozenset(config.name_of(party) for party in past.survivor_set.survivors)
         me.chain.caught_up(round_number, words, survivors, config.encoder)
         logger.info(
