@@ -38,7 +38,9 @@ class PastRounds:
     def opened(self, binding: pb.Binding, inputs: bytes | Mapping[str, bytes]) -> None:
         """Keep the input every party of training stage `binding` was sent alike (a per-party one is not kept).
 
-        The round's first stage starts its folder afresh: what an aggregator that died mid-round wrote is gone.
+        The round's first stage starts its folder afresh: what an aggregator that died mid-round wrote is gone, and
+        so is a kept round of that number (one that applied before the checkpoint was written), which would
+        otherwise be served in place of the stages now open.
         """
         folder = self._folder
         if folder is None or not isinstance(inputs, bytes) or binding.stage != pb.STAGE_TRAIN or not binding.step:
@@ -47,6 +49,7 @@ class PastRounds:
         with self._lock:
             if binding.step == 1:
                 shutil.rmtree(round_folder, ignore_errors=True)
+                shutil.rmtree(folder / str(binding.round), ignore_errors=True)
             round_folder.mkdir(parents=True, exist_ok=True)
             written = round_folder / f"{binding.step}.part"
             written.write_bytes(inputs)

@@ -72,6 +72,10 @@ def test_a_round_run_again_starts_afresh(tmp_path: Path) -> None:
     kept.opened(binding(1, 1), b"second attempt")
     kept.ended(1, True, (), ROSTER)
     assert kept.input(binding(1, 1)) == b"second attempt" and kept.input(binding(1, 6)) is None
+    # Applied, then the aggregator died before its checkpoint: the round runs again, and its kept inputs are not
+    # served in place of the stages now open.
+    kept.opened(binding(1, 1), b"third attempt")
+    assert kept.input(binding(1, 1)) is None and kept.kept() == []
 
 
 def test_without_a_folder_nothing_is_kept(tmp_path: Path) -> None:
