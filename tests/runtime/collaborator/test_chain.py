@@ -191,3 +191,15 @@ def test_a_site_that_missed_rounds_catches_up_on_their_sums_and_takes_the_next_m
     with pytest.raises(VerificationError, match="NEXT_MODEL"):  # the step of a sum it caught up on binds as its own
         chain.sent(5, moved, c, None)
     chain.sent(5, theta, c, None)
+
+
+def test_a_site_that_verified_no_sum_yet_catches_up_from_the_initial_model(federation: Federation) -> None:
+    """Killed in round 1 before its check and restarted: no anchor, so it steps from the plan's initial model."""
+    chain = new_chain(federation)
+    words1, after1 = federation.round(federation.start, 1)
+    with pytest.raises(UncheckedModelError):
+        chain.sent(2, *sent(after1), None)
+    assert list(chain.missed(1)) == [1]
+    chain.caught_up(1, words1, NAMES, federation.encoder(1, words1.size))
+    chain.sent(2, *sent(after1), None)
+    assert list(ModelChain("site-b", federation.shared).missed(3)) == []  # no initial model of its own: nothing
