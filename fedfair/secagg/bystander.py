@@ -4,8 +4,8 @@ A site that was down (or shown a false view) during a round holds no client stat
 what every survivor was sent (key directory, survivor set, unmask request, claim, tag set) as a survivor would, less
 what only a survivor holds: every advertisement signed by its roster party, t survivors' signatures on the view,
 then the re-sum where the round re-sums (sound up to ``max_colluding`` colluders) or else every survivor's signed
-tags (sound against the aggregator alone). It learns no more than every survivor did. docs/security.md, "A site
-that missed a round".
+tags (sound against the aggregator alone). It learns no more than every survivor did. docs/security.md,
+"Verified aggregation" (a site that missed a round).
 """
 
 from __future__ import annotations

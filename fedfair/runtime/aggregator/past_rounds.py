@@ -5,7 +5,7 @@ and survivor sets, unmask request, claim, tag set) is written into the output fo
 input (the share bundles) never is. Once the round applies its folder is kept, an aborted round's removed, and a
 site fetches a kept input with the past round's binding (:mod:`fedfair.runtime.collaborator.catch_up`). Bounded: a
 round every collaborator of the plan verified (or passed) is removed, and at most :data:`KEPT_ROUNDS` are kept.
-docs/security.md, "A site that missed a round".
+docs/security.md, "Verified aggregation" (a site that missed a round).
 """
 
 from __future__ import annotations

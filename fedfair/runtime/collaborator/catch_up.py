@@ -5,7 +5,7 @@ each round it missed that the aggregator kept (:mod:`fedfair.runtime.aggregator.
 parameters against its plan and the sum with :func:`fedfair.secagg.bystander.check_past_sum`, and steps its chain by
 it. A round not kept is taken as void (the chain then checks the model stands). A forged past sum is refused as a
 survivor refuses one (VerificationError: the site stops). Only the masked round is caught up on: a bounded round
-(two verifiers) is sat out as before. docs/security.md, "A site that missed a round".
+(two verifiers) is sat out as before. docs/security.md, "Verified aggregation" (a site that missed a round).
 """
 
 from __future__ import annotations
