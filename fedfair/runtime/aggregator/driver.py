@@ -200,8 +200,6 @@ class SumDriver:
         started = time.perf_counter()
         timeout = self.settings.stage_timeout
         binding = self.gate.open(round_number, stage, timeout_seconds=timeout, participants=expected)
-        if stages is TRAINING:  # kept for a site that misses the round, once it applies (.past_rounds)
-            self.board.past_rounds.opened(binding, inputs)
         handler = self._with_fault_points(round_number, stages, stage, handler)
         timing = self.grace.timing(expected)
         self.board.open_stage(
@@ -214,6 +212,9 @@ class SumDriver:
             ready=ready,
             timing=timing,
         )
+        # Kept for a site that misses the round, once it applies (.past_rounds): written while the sites work.
+        if stages is TRAINING:
+            self.board.past_rounds.opened(binding, inputs)
         self.board.wait_stage(partial(report_progress, self.settings.secure, stages, self.board.events))
         self.gate.close()
         uploaded, received = self.board.close_stage()
