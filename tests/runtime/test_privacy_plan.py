@@ -293,6 +293,36 @@ def test_a_site_states_its_floor_on_a_distributed_plans_noise_in_its_config(tmp_
         load_collaborator_config(path)
 
 
+@pytest.mark.slow
+def test_sites_stating_a_distributed_floor_train_under_a_plan_within_it(tmp_path: Path) -> None:
+    """Red team 2 (F4), end to end: two real collaborators whose collaborator.toml asks for distributed noise at
+    epsilon 2 (`mode = "distributed"`, target_epsilon = 2) join a plan of epsilon 2 and train every round inside
+    the noised secure sum, each charging one training release a round."""
+    names = ["site-a", "site-b"]
+    workspace = new_workspace(
+        tmp_path,
+        names,
+        training={"rounds": 2, "local_steps": 1, "batch_fraction": 0.05},
+        secure_aggregation={"modulus_bits": 64},
+        privacy={"mode": "distributed", "epsilon": 2.0, "max_grad_norm": 5.0, "report_epsilon": 1.0, "budget": 4.0},
+    )
+    for name in names:
+        path = workspace.configs[name]
+        path.write_text(path.read_text() + '\n[privacy]\nenabled = true\nmode = "distributed"\ntarget_epsilon = 2.0\n'
+                        "budget_epsilon = 4.0\n")  # fmt: skip
+    with thread_federation(workspace) as federation:
+        federation.join(300)
+    assert not federation.errors, federation.errors
+    assert [record["status"] for record in read_round_log(workspace.output)] == ["applied", "applied"]
+    for name in names:
+        trained = [
+            entry
+            for entry in open_ledger(load_collaborator_config(workspace.configs[name])).releases()
+            if entry["kind"] == "train"
+        ]
+        assert [entry["round"] for entry in trained] == [1, 2]
+
+
 def test_a_collaborators_own_dp_sgd_joins_a_plan_without_secure_aggregation() -> None:
     """Without secure aggregation no plan can noise the answers, and the aggregator reads each site's answers and
     statistics exact whatever the site does: its own DP-SGD is accepted there, so its updates keep their noise."""
