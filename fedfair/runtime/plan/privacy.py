@@ -360,8 +360,10 @@ def privacy_shortfall(own: PrivacyConfig, plan: PlanPrivacy, secure: bool) -> st
         if plan.distributed:
             return (
                 "its [privacy] adds local DP-SGD noise, and the plan adds distributed noise inside the secure sum "
-                '(mode = "distributed"); set mode = "distributed" and a target_epsilon in this institution\'s '
-                "[privacy] to accept the plan's noise, or remove [privacy]"
+                '(mode = "distributed"); set mode = "distributed" and a target_epsilon (the most the plan\'s '
+                "training may spend) in this institution's [privacy] to accept the plan's noise, with a "
+                "budget_epsilon above it for the noised answers (the target is the budget without one), or remove "
+                "[privacy]"
             )
         beyond = _beyond_plan_budget(own, plan)
         if beyond is not None:
