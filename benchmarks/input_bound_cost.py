@@ -30,9 +30,14 @@ is shared) and bytes:
 - and, for bytes like for like, the masked round as the runtime runs it (16-bit words, its VERIFY stages,
   re-summing every survivor's masked input where ``SecAggConfig.resummed``) simulated in one process:
   ``masked_site_up_bytes`` and ``masked_site_down_bytes``, every message a site sends and is sent, through
-  its bytes. ``site_bytes_vs_masked`` (a site's bytes up and down in the bounded round over those) is the
-  measure the bytes goal is held to: the runtime's figure counts uploads only, so dividing a site's
-  uploads and downloads by it would compare unlike things.
+  its bytes. ``site_upload_vs_masked`` (a site's bytes up in the bounded round over the masked round's) is the
+  measure the bytes goal is held to (issue 94: at most 2x at d = 10^5); ``site_bytes_vs_masked`` divides its
+  bytes up and down by the masked round's up and down;
+- where a site's bytes go: ``site_stage_bytes`` (per stage, the most a site sent and was sent),
+  ``site_upload_parts`` (its SHARE upload by part: the x share, the witness share, the proof share, the blind
+  and claimed parts, the sealed seed, digests, signatures, framing) and ``site_record_parts`` (the verdict
+  record by part: the total, the verifier messages, signatures, the context's digest, the query seed and the
+  noise commitment, framing).
 
 The bound is B = 2^15 in the encoded scale (a coordinate of a 16-bit word), where 64 range tests suffice;
 a larger B needs more (``tests``). The one-aggregator alternative is priced from the Pedersen MSM measured
@@ -62,7 +67,7 @@ from fedfair.secagg.simulate import simulate_round
 from fedfair.secagg.bounded.flp import VerifierShare
 from fedfair.secagg.bounded.layout import Layout
 from fedfair.secagg.bounded.record import VerdictRecord, check_round_evidence
-from fedfair.secagg.bounded.shares import make_report
+from fedfair.secagg.bounded.shares import SEED_BYTES, make_report
 from fedfair.secagg.bounded.simulate import BoundedTrace, simulate_bounded_round
 from fedfair.secagg.bounded.verifier import Role, Verifier, VerifierMessage, decide
 
@@ -119,7 +124,7 @@ def bounded_costs(dimension: int) -> dict[str, Any]:
         "upload_to_aggregator_bytes": leader_share.wire_bytes(),
         "upload_to_auditor_bytes": helper_share.wire_bytes(),
         "verifier_message_bytes": len(messages[Role.LEADER].to_bytes()),
-        "auditor_total_bytes": dimension * field.ELEMENT_BYTES,
+        "auditor_total_bytes": field.wire_bytes(dimension),
     }
 
 
@@ -138,6 +143,40 @@ def simulated_round(parties: int, dimension: int) -> BoundedTrace:
     if trace.result.accepted != trace.context.parties:
         raise RuntimeError(f"an honest site was not accepted at d={dimension}, n={parties}: {trace.result.excluded}")
     return trace
+
+
+def upload_parts(trace: BoundedTrace) -> dict[str, int]:
+    """A site's SHARE upload split by what it carries, in its wire bytes: the largest one, as ``site_upload_bytes``."""
+    share = trace.shares[max(trace.upload_bytes, key=lambda party: trace.upload_bytes[party])]
+    leader, sealed = share.leader, share.sealed
+    dimension = trace.context.dimension
+    inputs = field.wire_bytes(leader.share.inputs.size)
+    parts = {
+        "x_share": field.wire_bytes(dimension),
+        "witness_share": inputs - field.wire_bytes(dimension),
+        "proof_share": field.wire_bytes(leader.share.values.size) + len(leader.share.wire_seed),
+        "blind_and_claimed_parts": len(leader.share.blind) + 2 * SEED_BYTES,
+        "sealed_seed": len(sealed.ephemeral_key) + len(sealed.sealed),
+        "digests": len(leader.helper_digest) + len(sealed.leader_digest),
+        "signatures": len(leader.signature) + len(sealed.signature),
+    }
+    parts["framing"] = len(share.to_bytes()) - sum(parts.values())
+    return parts
+
+
+def record_parts(trace: BoundedTrace) -> dict[str, int]:
+    """The verdict record a site downloads, split by what it carries, in its wire bytes."""
+    record = trace.record
+    evidence = record.evidence.values()
+    parts = {
+        "total": len(field.to_wire(record.total)),
+        "verifier_messages": sum(len(item.leader_message) + len(item.helper_message) for item in evidence),
+        "signatures": len(record.signature)
+        + sum(len(item.leader_signature) + len(item.helper_signature) + len(item.party_signature) for item in evidence),
+        "seeds_and_digests": len(trace.context.digest) + len(record.query_seed) + len(record.noise_commitment),
+    }
+    parts["framing"] = trace.record_bytes - sum(parts.values())
+    return parts
 
 
 def round_costs(parties: int, dimension: int) -> dict[str, Any]:
@@ -165,6 +204,9 @@ def round_costs(parties: int, dimension: int) -> dict[str, Any]:
         "aggregator_round_cpu_s": min(aggregator_cpu),
         "auditor_round_cpu_s": min(auditor_cpu),
         "verifier_exchange_bytes": sum(trace.exchange_bytes.values()),
+        "site_stage_bytes": trace.stage_bytes,
+        "site_upload_parts": upload_parts(trace),
+        "site_record_parts": record_parts(trace),
     }
 
 
@@ -202,6 +244,7 @@ def run_cell(parties: int, dimension: int, costs: dict[str, Any], per_point: flo
         "auditor_reports_cpu_s": parties * (costs["auditor_query_cpu_s"] + costs["decide_cpu_s"]),
         **bounded,
         **masked,
+        "site_upload_vs_masked": bounded["site_upload_bytes"] / masked["masked_site_up_bytes"],
         "site_bytes_vs_masked": site_bytes / (masked["masked_site_up_bytes"] + masked["masked_site_down_bytes"]),
         "runtime_party_cpu_s": round_cpu,
         "runtime_party_bytes": round_bytes,

@@ -43,13 +43,14 @@ from fedfair.datasets.statistics import (
 )
 from fedfair.fairness import pooled
 from fedfair.runtime.plan.privacy import PlanPrivacy, decoded_noise_std, party_mu, plan_floor, statistics_release
+from fedfair.secagg import SecurityParameters
 from fedfair.simulation.federation import federation_from_arrays
 from fedfair.simulation.rounds import run_fedsrcvar
 
 SITES = {"hospital-a": 1500, "hospital-b": 900, "hospital-c": 400}
 EPSILONS = (0.3, 1.0, 3.0)
 DELTA = 1e-5
-FLOOR = plan_floor(len(SITES), 2, 0, True, 2, None)  # quorum 2, no colluders, threshold 2, complete graph
+FLOOR = plan_floor(len(SITES), 2, SecurityParameters(threshold=2), True)  # quorum 2, no colluders, complete graph
 OBJECTIVE = ObjectiveConfig(epsilon=0.1, rho=0.3)
 TRAINING = TrainingConfig(rounds=300, local=LocalConfig(local_steps=1, lr=0.5, threshold_lr=0.5), batch_fraction=0.05)
 

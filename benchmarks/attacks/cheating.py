@@ -217,9 +217,9 @@ def equivocation_row(root: Path, book: RowBook) -> None:
         "round; no party's seed and mask key both reach the aggregator; that round's sum is still the true one "
         "(the other survivors each re-sum the claim from the inputs their own views fix, so the viewer's missing "
         "tag does not void it on the complete graph): applied, exactly the honest updates, as is every later "
-        "round; no site refuses an honest round: the viewer, which verified no sum of the lied round, trains on "
-        "no model it cannot check (until a site can catch up on a round it missed, issue 98, it sits the later "
-        "rounds out: model-unchecked)",
+        "round; no site refuses an honest round: the viewer, which verified no sum of the lied round, catches up on "
+        "it (it checks the sum the aggregator kept of that round as its survivors did, issue 98), trains every "
+        "later round on a model it checked and ends with no error and the federation's bundle",
         PATCHED_AGGREGATOR,
     ) as row:
         workspace = make_workspace(
@@ -241,20 +241,20 @@ def equivocation_row(root: Path, book: RowBook) -> None:
         exact = [number for number in range(LIE_ROUND, ROUNDS + 1) if number in check.verified]
         viewer = group.errors.get(VIEWER)
         others = {name: error for name, error in group.errors.items() if name != VIEWER}
-        # The viewer may sit out what it cannot check; refusing an honest model (aggregate-refused) would be wrong.
-        viewer_safe = viewer is None or "model-unchecked" in viewer
+        viewer_bundle = bool(list(workspace.configs[VIEWER].parent.glob(f"{VIEWER}.*.model_bundle.pt")))
         statuses = {number: log.get(number, {}).get("status") for number in range(LIE_ROUND, ROUNDS + 1)}
         row.record(
             f"lies told: {lie.lies_told or 'none (the stages never opened)'}; the viewer revealed "
             f"{viewer_shares or 'no share'}; both secrets of {both or 'nobody'} reached the aggregator; rounds "
-            f"{statuses}, exactly the honest updates: {exact}; the viewer: {viewer or 'no error'}; the other sites' "
-            f"errors: {others or 'none'}",
+            f"{statuses}, exactly the honest updates: {exact}; the viewer: {viewer or 'no error'}, "
+            f"{'a' if viewer_bundle else 'no'} bundle; the other sites' errors: {others or 'none'}",
             bool(lie.lies_told)
             and not viewer_shares
             and not both
             and exact == list(range(LIE_ROUND, ROUNDS + 1))
             and not check.invalid
-            and viewer_safe
+            and viewer is None
+            and viewer_bundle
             and not others
             and aggregator.error is None,
             revealed=[list(item) for item in lie.revealed],

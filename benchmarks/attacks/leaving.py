@@ -10,10 +10,13 @@ round with it (the sites' inputs on the model were bound to round 2's survivors)
 
 - a site killed before its VERIFY upload, under distributed noise and without: every round applies, the later
   ones without it, and the sites that stayed exit 0 with a bundle (they checked every model).
+- the same site restarted (quorum 3, so round 3 waits for it): it catches up on round 2 (issue 98) and every
+  process exits 0 with the same bundle.
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from attacks.federation import plan_sections
@@ -31,12 +34,15 @@ THREE = ("site-a", "site-b", "site-c")
 LOST = "site-c"
 ROUNDS, LOST_ROUND = 6, 2
 PROCESS_SECONDS = 180.0
+ONE_STEP = {"local_steps": 1}
+KILLED = {FAULT: f"before-upload:{LOST_ROUND}:STAGE_VERIFY_CLAIM"}
 
 
 def leaving_rows(where: Path, book: RowBook) -> None:
     """The rows of this module (see the module's notes): with distributed noise, then without."""
     for noised in (True, False):
         leaving_row(where / ("noised" if noised else "plain"), book, noised=noised)
+    returning_row(where / "returning", book)
 
 
 def leaving_row(where: Path, book: RowBook, *, noised: bool) -> None:
@@ -49,15 +55,14 @@ def leaving_row(where: Path, book: RowBook, *, noised: bool) -> None:
         "the other sites exit 0 with a bundle",
         PROCESSES,
     ) as row:
-        sections = plan_sections(secure=True, rounds=ROUNDS, quorum=2, timeout=30.0, training={"local_steps": 1})
+        sections = plan_sections(secure=True, rounds=ROUNDS, quorum=2, timeout=30.0, training=ONE_STEP)
         if noised:
             sections["privacy"] = {"mode": "distributed", "epsilon": 3.0, "report_epsilon": 1.0}
             del sections["influence"]  # declared sizes (the workspace's), which distributed noise needs
         workspace = make_workspace(where, THREE, plan=sections)
         output = load_aggregator_plan(workspace.plan).aggregator.output
         aggregator = start_aggregator(workspace, sink=Quiet())
-        fault = {FAULT: f"before-upload:{LOST_ROUND}:STAGE_VERIFY_CLAIM"}
-        children = {name: start_collaborator(workspace, name, env=fault if name == LOST else None, sink=Quiet())
+        children = {name: start_collaborator(workspace, name, env=KILLED if name == LOST else None, sink=Quiet())
                     for name in THREE}  # fmt: skip
         try:
             status = {"aggregator": wait_while_sites_run(aggregator, children, PROCESS_SECONDS)}
@@ -82,4 +87,50 @@ def leaving_row(where: Path, book: RowBook, *, noised: bool) -> None:
             and set(stayed) <= set(bundles),
             applied=len(applied),
             aborted=len(aborted),
+        )
+
+
+def returning_row(where: Path, book: RowBook) -> None:
+    """site-c killed before its round-2 tag and started again: it catches up on round 2 and ends with the others."""
+    with book.row(
+        f"a site killed for one round and restarted: {LOST} dies (kill -9) in round {LOST_ROUND} right before it tags "
+        "the unmasked sum and is started again (no training noise, 3 sites, quorum 3)",
+        f"every round applies; {LOST} catches up on round {LOST_ROUND} (it checks the sum the aggregator kept as a "
+        "survivor would), contributes to every later round, and every process exits 0 with the same bundle",
+        PROCESSES,
+    ) as row:
+        sections = plan_sections(secure=True, rounds=ROUNDS, quorum=3, timeout=60.0, training=ONE_STEP)
+        workspace = make_workspace(where, THREE, plan=sections)
+        output = load_aggregator_plan(workspace.plan).aggregator.output
+        aggregator = start_aggregator(workspace, sink=Quiet())
+        children = {name: start_collaborator(workspace, name, env=KILLED if name == LOST else None, sink=Quiet())
+                    for name in THREE}  # fmt: skip
+        try:
+            killed = children[LOST].wait(patient(120.0))
+            children[LOST] = start_collaborator(workspace, LOST, sink=Quiet())
+            status = {"killed": killed, "aggregator": wait_while_sites_run(aggregator, children, PROCESS_SECONDS)}
+            status.update({name: children[name].wait(patient(60.0)) for name in THREE})
+        finally:
+            for child in (aggregator, *children.values()):
+                child.kill()
+        records = read_round_log(output)
+        applied = [record["round"] for record in records if record["status"] == "applied"]
+        with_it = [record["round"] for record in records if LOST in record.get("contributors", [])]
+        bundles = {
+            hashlib.sha256(bundle.read_bytes()).hexdigest()[:12]
+            for name in THREE
+            for bundle in workspace.configs[name].parent.glob(f"{name}.*.model_bundle.pt")
+        }
+        caught_up = any(f"round {LOST_ROUND}: caught up" in line for line in children[LOST].lines)
+        row.record(
+            f"rounds applied {applied}, with {LOST} {with_it}; {LOST} caught up: {caught_up}; exit statuses "
+            f"{status}; bundles {sorted(bundles)}",
+            status["killed"] == -9
+            and applied == list(range(1, ROUNDS + 1))
+            and with_it == applied
+            and caught_up
+            and all(status[name] == 0 for name in ("aggregator", *THREE))
+            and len(bundles) == 1
+            and all(list(workspace.configs[name].parent.glob(f"{name}.*.model_bundle.pt")) for name in THREE),
+            applied=len(applied),
         )

@@ -118,6 +118,8 @@ class PrivateLearner:
     with in-place operations (residual networks as torchvision writes them) train unedited.
     `released` is what the report says is sent outside the noise (PrivacyReport.released); under distributed DP,
     `beside` are the releases it makes once a round besides its update (`DistributedDP.beside`), charged with it.
+    `plan_budget` is the federation plan's [privacy] budget, the most all of this institution's releases may spend:
+    the steps stop at it too where it is below the institution's own (`budget`).
 
     With `privacy.mode` "distributed" the steps add no noise: theta's and c's per-record gradients are
     clipped separately (one-pass clipping, so a model of dense layers), one local step per round, and
@@ -137,6 +139,7 @@ class PrivateLearner:
         released: str | None = None,
         probe: ModeProbe | None = None,
         beside: tuple[Release, ...] = (),
+        plan_budget: float | None = None,
     ) -> None:
         if not privacy.enabled:
             raise ConfigError("privacy is not enabled; set enabled = true in [privacy] (or pass a --dp-* flag)")
@@ -152,6 +155,7 @@ class PrivateLearner:
             raise ConfigError("this model already has clipping hooks; make a PrivateLearner once per LocalLearner")
         self.learner = learner
         self.privacy = privacy
+        self.plan_budget = plan_budget
         self.name = name
         self.released = released
         self.steps_per_round = learner.config.local_steps
@@ -214,6 +218,12 @@ class PrivateLearner:
         if self.privacy.mode != "distributed" or threshold is None:
             return None
         return threshold_clip(self.privacy, threshold.epsilon, threshold.rho)
+
+    @property
+    def budget(self) -> float | None:
+        """The epsilon the steps stop at: the institution's own budget or the plan's, the lower; None for neither."""
+        bounds = [bound for bound in (self.privacy.budget, self.plan_budget) if bound is not None]
+        return min(bounds, default=None)
 
     def _distributed_noise(self, planned_steps: int | None) -> TrainingNoise:
         config = self.learner.config
@@ -333,15 +343,27 @@ class PrivateLearner:
 
     def _spend_round(self) -> None:
         run = (self.noise_multiplier, self.sample_rate, self.steps_per_round)
-        delta, mechanism, budget = self.privacy.delta, self.privacy.accountant, self.privacy.budget
+        delta, mechanism, budget = self.privacy.delta, self.privacy.accountant, self.budget
         epsilon = self.accountant.epsilon(delta, mechanism, then=run)
         if budget is not None and epsilon > budget:
             spent = self.accountant.epsilon(delta, mechanism)
+            whose = "the plan's [privacy] budget" if budget == self.plan_budget else "its budget"
+            if spent == 0.0:
+                # Not one round fits: no budget is spent, so waiting or a new federation changes nothing.
+                fix = (
+                    f"its DP-SGD cannot train one round within it; set a larger noise_multiplier, or target_epsilon "
+                    f"= {budget:g} or less, in this institution's [privacy]"
+                )
+            elif whose == "its budget":
+                fix = "only a larger budget_epsilon would let it go on"
+            else:
+                fix = "only a plan with a larger [privacy] budget would let it go on"
             raise PrivacyBudgetError(
                 BudgetReason.LEARNER_SPENT,
-                f"{self.name} stops contributing: one more round would bring its epsilon to {epsilon:.3f}, above its "
-                f"budget {budget:g} (delta {delta:g}, {mechanism} accountant; {spent:.3f} spent over "
-                f"{self.accountant.rounds} rounds); only a larger budget_epsilon would let it go on",
+                f"{self.name} stops contributing: one more round would bring its epsilon to {epsilon:.3f}, above "
+                f"{whose} {budget:g} (delta {delta:g}, {mechanism} accountant, noise multiplier "
+                f"{self.noise_multiplier:.4g} at sample rate {self.sample_rate:.4g}; {spent:.3f} spent over "
+                f"{self.accountant.rounds} rounds); {fix}",
             )
         self.accountant.spend(*run)
         self.last_report = self._report(epsilon)
@@ -365,7 +387,7 @@ class PrivateLearner:
             delta=self.privacy.delta,
             accountant=self.privacy.accountant,
             rdp_epsilon=cross,
-            budget=self.privacy.budget,
+            budget=self.budget,
             clipping=self.clipping,
             released=self.released,
         )

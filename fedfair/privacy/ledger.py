@@ -322,7 +322,7 @@ class Ledger:
                 f"{total:.3g} at delta {delta:g}, past this institution's budget of {budget:g} for this data; spent "
                 f"so far: epsilon {before:.3g} on {spent_on(earlier)}{also} (kept in {self.path}); only a "
                 "larger [privacy] budget in a new plan (and in this institution's own [privacy] budget_epsilon, "
-                "where set) lets it answer more",
+                "or target_epsilon where it sets no budget_epsilon) lets it answer more",
             )
         return total
 

@@ -25,6 +25,10 @@ FINAL_SUMMARY_NAME = "final_model.json"
 BUNDLE_NAME = "model_bundle.pt"
 """The model bundle a site can load and serve (``fedfair.runtime.aggregator.bundles``)."""
 
+PAST_ROUNDS_NAME = "past-rounds"
+"""The public inputs of the last applied training rounds, one folder each, for a site that missed one
+(``fedfair.runtime.aggregator.past_rounds``)."""
+
 LOCK_NAME = "aggregator.lock"
 """The lock that keeps a second aggregator off the folder (it holds the owner's PID)."""
 

@@ -1,4 +1,4 @@
-"""The masked round (SecAgg with verification) declared once: its stages, in order, and how its server opens each.
+"""The masked round (SecAgg with verification) declared once, a round kind registered by name: its stages, in order.
 
 :data:`SECURE_ROUND` is one :class:`~fedfair.secagg.round.SecureRound`, registered as a kind like any other: the
 state machines (:class:`~fedfair.secagg.client.Client`, :class:`~fedfair.secagg.server.Server`) do each step, the

@@ -1,4 +1,4 @@
-"""The server's last stage.
+"""The masked round's unmasking at the server: secrets rebuilt and checked, masks stripped, the sum decoded.
 
 The secrets rebuilt from the shares survivors reveal, checked against their commitments, the masks stripped from
 the sum, and the decoded sum checked for what honest inputs allow.

@@ -1,4 +1,4 @@
-"""What a stage of a secure round is, the one guard of its order, and the registry of round kinds.
+"""A stage as a typed StageSpec, a kind of round as an ordered SecureRound registered by name, and their one guard.
 
 As Flower's SecAgg+ workflow loops over a tuple of steps, whoever runs a round (the in-process
 :func:`~fedfair.secagg.simulate.run_round`, the aggregator's driver, the collaborator's steps) loops over a

@@ -6,8 +6,10 @@ are the plan's, held to the manifest the institutions agreed on where the two me
 :func:`fedfair.runtime.manifest_plan.check_bounds`). That one value then travels whole: in the round's public
 parameters (:class:`fedfair.runtime.contract.RoundParameters`), in each session's
 :class:`~fedfair.secagg.config.SecAggConfig`, to the survivor checks of both sides and the accusation rule
-(:meth:`fedfair.secagg.round.SecureSum.excluded`), and to the comparisons a collaborator and an auditor make of a
-round against their own plan (:meth:`SecurityParameters.differences`).
+(:meth:`fedfair.secagg.round.SecureSum.excluded`), to the plan's noise floor
+(:func:`fedfair.runtime.plan.privacy.plan_floor`), and to the comparison a collaborator makes of a round against
+its own plan (:meth:`SecurityParameters.differences`). The manifest's min_round_size is no part of it: the aggregator
+need not hold that bound, so a round's parameters cannot state it (docs/design.md section 5).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Run one secure round of any registered kind inside one process, without a network: the one simulator.
+"""The one simulator: a secure round of any registered kind in one process, what goes wrong a fault strategy.
 
 The parties and the server are the real state machines and every message goes through its bytes (a stage's input
 parsed by its ``received``, an upload by its ``upload``), as a transport carries it, so the demo, the benchmarks and

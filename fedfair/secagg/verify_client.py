@@ -33,17 +33,23 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, eq=False)
-class Tagged:
-    """What a party keeps of the aggregate it tagged: to verify it, and to answer the same claim again."""
+class Claimed:
+    """A claimed aggregate as a party checks it: its digest, what its tags must sum to, and its words."""
 
     digest: bytes
-    """The claimed aggregate's digest (:func:`~fedfair.secagg.verify.aggregate_digest`), signed with the tag."""
-    message: AggregateTag
-    """The tag this party sent."""
+    """The claimed aggregate's digest (:func:`~fedfair.secagg.verify.aggregate_digest`), what every tag is signed over."""
     expected: tuple[int, ...]
     """The challenge's dots of the claimed aggregate: what the survivors' tags must sum to."""
     vector: np.ndarray
-    """The claimed aggregate, as this party tagged it."""
+    """The claimed aggregate, as this party tagged (or, a round it took no part in, checks) it."""
+
+
+@dataclass(frozen=True, eq=False)
+class Tagged(Claimed):
+    """What a party keeps of the aggregate it tagged: to verify it, and to answer the same claim again."""
+
+    message: AggregateTag
+    """The tag this party sent."""
 
 
 def tag_claim(
@@ -110,12 +116,12 @@ def tag_claim(
     # A received claim is a read-only view of its bytes: kept as it is. A writeable one is copied, so
     # the aggregate this party verifies is the one it tagged whatever its caller does with the array.
     kept = vector.copy() if vector.flags.writeable else vector
-    return Tagged(digest, message, challenge.dots(vector), kept)
+    return Tagged(digest, challenge.dots(vector), kept, message)
 
 
 def check_tags(
     tag_set: TagSet,
-    tagged: Tagged,
+    tagged: Claimed,
     *,
     config: SecAggConfig,
     session: bytes,

@@ -131,6 +131,46 @@ def test_target_epsilon_is_spent_by_the_planned_rounds_and_then_guarded() -> Non
     assert private.accountant.rounds == 3
 
 
+def test_the_plans_budget_stops_the_steps_where_it_is_below_the_institutions_own() -> None:
+    """Red team 2 (F3): a site's steps stopped only at its own budget_epsilon / target_epsilon, so under a plan's
+    budget of 1 DP-SGD trained on to epsilon 4. Rounds of 3 steps at sigma 1, q 0.1 (RDP): the plan's budget, set
+    between two and three rounds' epsilon, admits two rounds and refuses the third, naming the plan's budget."""
+    rate = 30 / 300
+    two, three = (compute_epsilon(1.0, rate, steps, DELTA, "rdp") for steps in (6, 9))
+    budget = (two + three) / 2
+    private = PrivateLearner(
+        threshold_learner(), private_config(noise_multiplier=1.0, budget_epsilon=10.0), plan_budget=budget
+    )
+    assert private.budget == budget
+    theta = flat_parameters(private.learner.model)
+    for _ in range(2):
+        private.train_round(theta, 1.0)
+    assert private.last_report is not None and private.last_report.budget == budget
+    assert private.last_report.epsilon == pytest.approx(two, rel=1e-9)
+    with pytest.raises(PrivacyBudgetError, match=f"above the plan's \\[privacy\\] budget {budget:g}") as stopped:
+        private.train_round(theta, 1.0)
+    assert "only a plan with a larger [privacy] budget" in str(stopped.value)
+    assert private.accountant.rounds == 2
+    # The institution's own budget binds where lower, and is named.
+    own = PrivateLearner(
+        threshold_learner(), private_config(noise_multiplier=1.0, budget_epsilon=budget), plan_budget=10.0
+    )
+    own.train_round(theta, 1.0)
+    own.train_round(theta, 1.0)
+    with pytest.raises(PrivacyBudgetError, match="above its budget .*only a larger budget_epsilon"):
+        own.train_round(theta, 1.0)
+
+
+@pytest.mark.parametrize("sigma", [0.0, 0.05])
+def test_steps_too_noiseless_for_one_round_within_the_budget_never_train(sigma: float) -> None:
+    """Red team 2 (F1): no noise (epsilon inf) or too little for one round: refused before the first step, naming
+    more noise or a target within the budget as the fix; nothing is spent."""
+    private = PrivateLearner(threshold_learner(), private_config(noise_multiplier=sigma), plan_budget=1.0)
+    with pytest.raises(PrivacyBudgetError, match="cannot train one round within it; set a larger noise_multiplier"):
+        private.train_round(flat_parameters(private.learner.model), 1.0)
+    assert private.accountant.rounds == 0 and private.last_report is None
+
+
 def test_spent_budget_stops_one_collaborator_and_the_federation_goes_on(
     small_adult_federation: Federation, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

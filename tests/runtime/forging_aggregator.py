@@ -1,5 +1,5 @@
 """A forging aggregator process: ``python forging_aggregator.py PLAN ROUND [sum|model|evaluation|initial|bounded|
-one-share|one-share-to-all|frame|false-seed|tamper-one]``: attacks that verification stops.
+one-share|one-share-to-all|frame|false-seed|tamper-one|past]``: attacks that verification stops.
 
 It runs the real aggregator (``fedfair aggregator start --plan PLAN``) rewritten for training round ROUND.
 ``sum`` (the default): the unmasked sum has a word moved before it is decoded, so the model it applies is not
@@ -8,7 +8,8 @@ server's own check of the survivors' tags is skipped so that it shows every site
 all the same. ``model``: the true sum is claimed and verified, and the model the server step makes of it is
 flipped (theta negated) before it is sent for round ROUND + 1. ``evaluation``: as ``sum``, for the evaluation
 sums of round ROUND (the report's figures). ``initial``: round 1's model is the plan's initial model with +1.0 on
-its first weight (a backdoor; ROUND is ignored). ``bounded``: under a two-verifier input bound, the aggregator's
+its first weight (a backdoor; ROUND is ignored). ``past``: what the aggregator keeps of round ROUND for a site that
+missed it has its claimed sum's first word moved (every survivor of the round was shown the true one). ``bounded``: under a two-verifier input bound, the aggregator's
 share-sum of round ROUND's bounded sum has a coordinate moved before it claims it in its verdict record (and applies
 it), and its own check of the sites' tags is skipped. ``one-share``: under a two-verifier input bound, the aggregator
 keeps only site-a's SHARE upload of every round (the others' are dropped unread), so the auditor is asked to total
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -39,7 +40,11 @@ from fedfair.core import server as server_step
 from fedfair.core.algorithm import FedSRCVaR
 import numpy as np
 
+from fedfair.runtime.aggregator.past_rounds import PastRounds
 from fedfair.runtime.contract import EVALUATION, TRAINING, Stages, session_round, training_of
+from fedfair.runtime.transport import pb
+from fedfair.secagg.masked_round import SECURE_ROUND
+from fedfair.secagg.verify_messages import AggregateClaim
 from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded import server as bounded_server
 from fedfair.secagg.bounded.context import BoundedContext
@@ -234,6 +239,23 @@ def flip(round_number: int) -> None:
     setattr(FedSRCVaR, "server_apply", flipped_apply)  # noqa: B010 -- the rewrite is the attack
 
 
+def forge_past(round_number: int) -> None:
+    """Rewrite what the aggregator keeps of training round `round_number` for a site that missed it: the kept claim
+    has a word moved (by 2^12, as :func:`forge`), while every survivor of the round was shown the true one."""
+    opened = PastRounds.opened
+    claim_step = TRAINING.wire(SECURE_ROUND.verify_stages[0]).step
+
+    def forged_opened(kept: PastRounds, binding: pb.Binding, inputs: bytes | Mapping[str, bytes]) -> None:
+        if binding.round == round_number and binding.step == claim_step and isinstance(inputs, bytes):
+            claim = AggregateClaim.from_bytes(inputs)
+            vector = claim.vector.copy()
+            vector[0] += vector.dtype.type(1 << 12)
+            inputs = dataclasses.replace(claim, vector=vector).to_bytes()
+        opened(kept, binding, inputs)
+
+    setattr(PastRounds, "opened", forged_opened)  # noqa: B010 -- the rewrite is the attack
+
+
 def backdoor_initial() -> None:
     """Rewrite the server's initial state so that round 1's model has +1.0 on its first weight."""
     init = FedSRCVaR.server_init
@@ -255,6 +277,8 @@ if __name__ == "__main__":
         flip(forged_round)
     elif sys.argv[3:] == ["initial"]:
         backdoor_initial()
+    elif sys.argv[3:] == ["past"]:
+        forge_past(forged_round)
     elif sys.argv[3:] == ["bounded"]:
         forge_bounded(forged_round)
     elif sys.argv[3:] == ["frame"]:

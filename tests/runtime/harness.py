@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import io
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -34,7 +35,7 @@ from fedfair.core.update import bounded
 from fedfair.core.models import flat_parameters
 from fedfair.datasets import load_dataset, partition
 from fedfair.research.launch_baseline import simulation_options
-from fedfair.runtime.local.processes import Child, start_aggregator, start_collaborator
+from fedfair.runtime.local.processes import Child, child_environment, start_aggregator, start_collaborator
 from fedfair.runtime.local.workspace import Workspace, make_workspace
 from fedfair.simulation.federation import Federation, federation_from_arrays
 from fedfair.simulation.rounds import make_learners
@@ -129,6 +130,16 @@ class Processes:
     def collaborator(self, workspace: Workspace, name: str, *, fault: str | None = None) -> Child:
         child = start_collaborator(workspace, name, env={FAULT: fault} if fault else None, sink=self.log)
         self.children.append(child)
+        return child
+
+    def forging_aggregator(self, workspace: Workspace, *attack: str) -> Child:
+        """tests/runtime/forging_aggregator.py making `attack` (its arguments after the plan), once it listens."""
+        command = [sys.executable, str(Path(__file__).with_name("forging_aggregator.py")), str(workspace.plan)]
+        child = Child(
+            "aggregator", [*command, *attack], env=child_environment(), sink=self.log, watch="listening on port"
+        )
+        self.children.append(child)
+        assert child.seen.wait(120) and child.process.poll() is None, self.tail()
         return child
 
     def tail(self) -> str:

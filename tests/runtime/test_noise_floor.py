@@ -23,7 +23,7 @@ from fedfair.runtime.collaborator.steps import Participant
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.plan.learning_settings import LearningSettings, read_learning
 from fedfair.runtime.plan.privacy import PlanPrivacy, answer_release, party_mu, plan_floor
-from fedfair.secagg import EncodingConfig, SecAggConfig
+from fedfair.secagg import EncodingConfig, SecAggConfig, SecurityParameters
 from fedfair.secagg.graph import check_survivors
 
 ENCODING = EncodingConfig(clip=1.0, max_weight=1.0, fractional_bits=8, modulus_bits=64)
@@ -154,6 +154,8 @@ def test_dropouts_none_puts_every_collaborator_in_every_sum() -> None:
 
 def test_a_floor_no_round_can_reach_is_refused_with_the_fix() -> None:
     """Four colluders among five sites: t >= c + 2 = 6 holders exceed any round, so no noise floor exists."""
-    assert plan_floor(5, 2, 3, True, None, None) == 5  # three colluders: only the full round, t = 5
+    assert (
+        plan_floor(5, 2, SecurityParameters(max_colluding=3), True) == 5
+    )  # three colluders: only the full round, t = 5
     with pytest.raises(ConfigError, match=r"no round of 2 to 5 collaborators .* lower max_colluding"):
-        plan_floor(5, 2, 4, True, None, None)
+        plan_floor(5, 2, SecurityParameters(max_colluding=4), True)

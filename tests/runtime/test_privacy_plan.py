@@ -38,6 +38,7 @@ from fedfair.runtime.plan.privacy import (
     statistics_release,
     training_privacy,
 )
+from fedfair.secagg import SecurityParameters
 from tests.runtime.harness import Processes, new_workspace, thread_federation
 
 
@@ -54,8 +55,8 @@ def test_one_answer_spends_the_plans_epsilon() -> None:
 def test_the_honest_survivors_carry_the_whole_noise() -> None:
     release = answer_release(PlanPrivacy(report_epsilon=2.0), ())
     # Five sites, quorum 3, one colluder, the complete graph: the smallest round's t = max(3 // 2 + 1, 1 + 2).
-    floor = plan_floor(5, 3, 1, True, None, None)
-    assert floor == 3 and plan_floor(5, 3, 1, False, None, None) == 5
+    floor = plan_floor(5, 3, SecurityParameters(max_colluding=1), True)
+    assert floor == 3 and plan_floor(5, 3, SecurityParameters(max_colluding=1), False) == 5
     share = party_mu(release, floor, colluders=1)
     assert (floor - 1) * share == pytest.approx(release.mu, rel=1e-12)
     # The decoded sum of all five parties carries 5 shares: variance 2 * 5 * share, in real units.
@@ -155,7 +156,7 @@ def test_a_noised_federation_reports_with_the_noise_each_site_charged(tmp_path: 
     evaluations = [record["evaluation"] for record in read_round_log(workspace.output) if "evaluation" in record]
     assert evaluations and all(item["status"] == "done" for item in evaluations)
     release = answer_release(PlanPrivacy(report_epsilon=1.0), ())
-    expected_std = decoded_noise_std(release, plan_floor(3, 2, 0, True, None, None), 0, 3)
+    expected_std = decoded_noise_std(release, plan_floor(3, 2, SecurityParameters(), True), 0, 3)
     assert all(item["noise_std"] == pytest.approx(expected_std, rel=1e-9) for item in evaluations)
     for name in names:
         ledger = open_ledger(load_collaborator_config(workspace.configs[name])).releases()
@@ -196,6 +197,32 @@ def test_a_noised_federation_reports_with_the_noise_each_site_charged(tmp_path: 
         (PrivacyConfig(enabled=True, noise_multiplier=1.0), PlanPrivacy(mode="local", report_epsilon=1.0), None),
         (PrivacyConfig(), PlanPrivacy(mode="local", report_epsilon=1.0), "its updates would leave un-noised"),
         (
+            PrivacyConfig(enabled=True, noise_multiplier=0.0),
+            PlanPrivacy(mode="local", report_epsilon=1.0, budget=2.0),
+            "noise_multiplier = 0 adds no noise to DP-SGD: its updates would leave clipped but exact, with no finite "
+            "epsilon, under a plan whose [privacy] budget is 2; set target_epsilon = 2 or less",
+        ),
+        (
+            PrivacyConfig(enabled=True, target_epsilon=2.0),
+            PlanPrivacy(mode="local", report_epsilon=1.0, budget=2.0),
+            None,
+        ),
+        (
+            PrivacyConfig(enabled=True, target_epsilon=2.5),
+            PlanPrivacy(mode="local", report_epsilon=1.0, budget=2.0),
+            "target_epsilon = 2.5 is past the plan's [privacy] budget 2",
+        ),
+        (
+            PrivacyConfig(enabled=True, noise_multiplier=1.0, delta=0.5),
+            PlanPrivacy(mode="local", report_epsilon=1.0),
+            "delta = 0.5 is above the plan's [privacy] delta 1e-05",
+        ),
+        (
+            PrivacyConfig(enabled=True, noise_multiplier=1.0, delta=1e-7),
+            PlanPrivacy(mode="local", report_epsilon=1.0),
+            None,
+        ),
+        (
             PrivacyConfig(enabled=True, noise_multiplier=1.0),
             PlanPrivacy(),
             "local DP-SGD noise to training, and the plan sends the evaluation answers and the table statistics "
@@ -230,6 +257,71 @@ def test_a_site_without_its_own_dp_sgd_refuses_a_plan_that_leaves_training_noise
     # Nothing was charged nor kept: the refusal came before the one-input record and the ledger were opened.
     assert not list(tmp_path.rglob("*.bindings.json"))
     assert not open_ledger(load_collaborator_config(workspace.configs["site-a"])).releases()
+
+
+def test_a_site_states_its_floor_on_a_distributed_plans_noise_in_its_config(tmp_path: Path) -> None:
+    """Red team 2 (F4): the refusal of local DP-SGD under a distributed plan names `mode = "distributed"` in the
+    site's [privacy], which its config reader refused ("unknown key 'mode'"), so no site could state its floor and
+    the epsilon comparison was unreachable. Written in a real collaborator.toml, the floor now holds: the plan's
+    epsilon 1 is refused by a site that allows 0.5 and accepted by one that allows 1."""
+    workspace = new_workspace(
+        tmp_path,
+        ["site-a", "site-b"],
+        training={"rounds": 2, "local_steps": 1, "batch_fraction": 0.05},
+        secure_aggregation={"modulus_bits": 64},
+        privacy={"mode": "distributed", "epsilon": 1.0, "report_epsilon": 1.0},
+    )
+    plan = load_aggregator_plan(workspace.plan)
+    path = workspace.configs["site-a"]
+    base = path.read_text()
+    path.write_text(base + "\n[privacy]\nenabled = true\ntarget_epsilon = 0.5\n")
+    refusal = privacy_shortfall(load_collaborator_config(path).privacy, plan.privacy, secure=True)
+    assert refusal is not None and 'set mode = "distributed" and a target_epsilon' in refusal
+    for allowed, refused in ((0.5, True), (1.0, False)):
+        path.write_text(base + f'\n[privacy]\nenabled = true\nmode = "distributed"\ntarget_epsilon = {allowed}\n')
+        config = load_collaborator_config(path)
+        assert config.privacy.mode == "distributed" and config.privacy.target_epsilon == allowed
+        shortfall = privacy_shortfall(config.privacy, plan.privacy, secure=True)
+        if refused:
+            assert shortfall is not None and "more than this institution's [privacy] allows (epsilon 0.5" in shortfall
+        else:
+            assert shortfall is None
+    path.write_text(base + '\n[privacy]\nenabled = true\nmode = "distributed"\n')
+    with pytest.raises(ConfigError, match="set target_epsilon"):
+        load_collaborator_config(path)
+    path.write_text(base + '\n[privacy]\nenabled = true\nmode = "central"\n')
+    with pytest.raises(ConfigError, match="mode"):
+        load_collaborator_config(path)
+
+
+@pytest.mark.slow
+def test_sites_stating_a_distributed_floor_train_under_a_plan_within_it(tmp_path: Path) -> None:
+    """Red team 2 (F4), end to end: two real collaborators whose collaborator.toml asks for distributed noise at
+    epsilon 2 (`mode = "distributed"`, target_epsilon = 2) join a plan of epsilon 2 and train every round inside
+    the noised secure sum, each charging one training release a round."""
+    names = ["site-a", "site-b"]
+    workspace = new_workspace(
+        tmp_path,
+        names,
+        training={"rounds": 2, "local_steps": 1, "batch_fraction": 0.05},
+        secure_aggregation={"modulus_bits": 64},
+        privacy={"mode": "distributed", "epsilon": 2.0, "max_grad_norm": 5.0, "report_epsilon": 1.0, "budget": 4.0},
+    )
+    for name in names:
+        path = workspace.configs[name]
+        path.write_text(path.read_text() + '\n[privacy]\nenabled = true\nmode = "distributed"\ntarget_epsilon = 2.0\n'
+                        "budget_epsilon = 4.0\n")  # fmt: skip
+    with thread_federation(workspace) as federation:
+        federation.join(300)
+    assert not federation.errors, federation.errors
+    assert [record["status"] for record in read_round_log(workspace.output)] == ["applied", "applied"]
+    for name in names:
+        trained = [
+            entry
+            for entry in open_ledger(load_collaborator_config(workspace.configs[name])).releases()
+            if entry["kind"] == "train"
+        ]
+        assert [entry["round"] for entry in trained] == [1, 2]
 
 
 def test_a_collaborators_own_dp_sgd_joins_a_plan_without_secure_aggregation() -> None:

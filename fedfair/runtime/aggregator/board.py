@@ -22,6 +22,7 @@ from functools import partial
 
 from fedfair.core.errors import Refusal, RefusedError
 from fedfair.runtime.aggregator.offers import Offers, Position, position
+from fedfair.runtime.aggregator.past_rounds import PastRounds
 from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.aggregator.stages import OpenStage, StageProgress, StageReady, StageTiming, UploadHandler
 from fedfair.runtime.aggregator.stages import error_summary, input_for
@@ -75,6 +76,9 @@ class Board:
         self._closed = False
         self.offers = Offers()
         """What the round's start stage offers for download: its model and input (it has no open stage)."""
+        self.past_rounds = PastRounds(None)
+        """The public inputs of the last applied training rounds, for a site that missed one (none kept: set by
+        :func:`~fedfair.runtime.aggregator.network.serve` to the output folder's)."""
         # What the FINISHED task offers every peer to fetch (the final model bundle).
         self._final_input = b""
         self._stage: OpenStage | None = None

@@ -41,6 +41,8 @@ class SumOutcome:
     """The standard deviation of each coordinate's distributed DP noise in `weighted_sum` (0: exact)."""
     verdict_record_sha256: str = ""
     """SHA-256 (hex) of the bounded sum's signed verdict record as every site was sent it ("": no bounded sum)."""
+    verified_by: frozenset[str] = frozenset()
+    """The sites that sent their verdict on the masked round's verified sum (none for another kind of round)."""
 
 
 def decode_plain(

@@ -33,6 +33,7 @@ from fedfair.runtime.aggregator.progress_line import report_progress
 from fedfair.runtime.aggregator.round_identities import RoundIdentities, aggregator_setup, relayed_identities
 from fedfair.runtime.contract import (
     ACCEPTED,
+    TRAINING,
     RoundParameters,
     Stages,
     model_digest,
@@ -211,6 +212,9 @@ class SumDriver:
             ready=ready,
             timing=timing,
         )
+        # Kept for a site that misses the round, once it applies (.past_rounds): written while the sites work.
+        if stages is TRAINING:
+            self.board.past_rounds.opened(binding, inputs)
         self.board.wait_stage(partial(report_progress, self.settings.secure, stages, self.board.events))
         self.gate.close()
         uploaded, received = self.board.close_stage()
@@ -365,6 +369,8 @@ class SumDriver:
         )
         del inputs  # a claimed sum's d + 1 words: the board's parts hold them no longer than the stage
         refused = sorted(expected - uploaded)
+        if spec.upload is None:
+            outcome.verified_by = uploaded
         if spec.upload is None and refused:
             # With the true sum claimed and its tags adding up, an honest survivor accepts it: one that did not
             # answer dropped out (or lies); the model is the survivors' sum all the same.

@@ -374,6 +374,7 @@ class RoundLoop:
             state = step(state, outcome.weighted_sum, agreed, self.algorithm, self.average_from, self.output)
         except (RoundAbortedError, AggregateError) as error:
             record.update(status="aborted", reason=str(error), seconds=time.perf_counter() - started)
+            self.network.board.past_rounds.ended(round_number, False, (), ())
             extra = per_round(round_number, self.plan.training.rounds)
             logger.warning("round %d aborted, model unchanged: %s", round_number, error, extra=extra)
             if isinstance(error, RoundAbortedError):
@@ -386,6 +387,8 @@ class RoundLoop:
             return record
         self._exclude(round_number, outcome.culprits, record)
         self.bound.clear()
+        # Before any later stage is opened: a site that missed this round may ask for it from the next one on.
+        self.network.board.past_rounds.ended(round_number, True, outcome.verified_by, self.plan.collaborators)
         self.checkpoint = dataclasses.replace(self.checkpoint, state=state, evaluation=self.evaluation)
         record.update(
             status="applied",

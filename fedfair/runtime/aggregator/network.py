@@ -11,6 +11,7 @@ from cryptography import x509
 from fedfair import pki
 from fedfair.core.errors import ConfigError
 from fedfair.runtime.aggregator.board import Board
+from fedfair.runtime.aggregator.past_rounds import PastRounds
 from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.aggregator.servicer import Servicer, federation_server
 from fedfair.runtime.manifest import manifest_digest
@@ -93,6 +94,7 @@ def serve(plan: AggregatorPlan, digest: str, address: str | None = None, events:
         )
     ca_certificate = pki.load_certificate(files.ca)
     board = Board(digest, events=events)
+    board.past_rounds = PastRounds(plan.aggregator.output)
     gate = StageGate(plan.federation_id, name=aggregations(plan.secure_aggregation).name)
     gate.open(0, JOIN)
     # Under a manifest only the pinned certificate of each name gets in: one it no longer pins is revoked.

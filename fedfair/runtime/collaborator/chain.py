@@ -179,6 +179,36 @@ class ModelChain:
         decoded = DecodedSum.of(values, agreed, len(survivors) * 2.0**-fractional_bits, len(survivors))
         self._step(round_number, decoded, survivors, self._shared.secure_aggregation.encoding().clip)
 
+    def missed(self, through: int) -> range:
+        """The training rounds up to `through` whose sums this site did not verify since the last one it did.
+
+        From the round its anchor holds, if it took that round's model but verified no sum of it (it was shown a
+        false view, or withdrew), else from the round after; without an anchor (it verified no sum yet) from round 1,
+        stepping from the plan's initial model as this site builds it. Empty without a chain, or with neither.
+        """
+        anchor = self._held()
+        if not self.active or (anchor is None and self._initial is None):
+            return range(0)
+        first = 1 if anchor is None else anchor.round + 1 if anchor.verified else anchor.round
+        return range(first, through + 1)
+
+    def caught_up(self, round_number: int, words: np.ndarray, survivors: Collection[str], encoder: Encoder) -> None:
+        """Apply the plan's server step to missed training round `round_number`'s sum, which this site verified.
+
+        `words` is the sum it checked as a bystander (:mod:`fedfair.secagg.bystander`): stepped as :meth:`verified`
+        steps its own, from the state its chain made last (the step of its last verified sum, or, that sum void,
+        the state before it; the state of the anchor's round where it verified none of it; without an anchor, the
+        plan's initial state). Kept on disk likewise.
+        """
+        assert round_number in self.missed(round_number)  # the caller's to ask
+        anchor = self._held()
+        if anchor is None:
+            state = self._start(round_number)
+        else:
+            state = anchor.next if anchor.verified and anchor.next is not None else anchor.state
+        self._anchor = Anchor(round_number, state)
+        self.verified(round_number, words, survivors, encoder)
+
     def _checks(self, round_number: int) -> bool:
         """Whether this site checks training round `round_number`'s model: it holds that round's anchor."""
         anchor = self._anchor

@@ -8,7 +8,7 @@ per-federation records kept. Each federation's one-input record
 (:class:`~fedfair.runtime.collaborator.input_record.InputRecord`) charges through it and counts its
 charges, so a ledger cannot restart while the record of what was answered survives. The plan's
 ``[privacy]`` (:mod:`fedfair.runtime.plan.privacy`) says what is noised; the budget is the plan's, or
-this institution's own ``budget_epsilon`` where lower, over every federation, table of the same people and mechanism.
+this institution's own (``budget_epsilon``, else ``target_epsilon``) where lower, over every federation, table of the same people and mechanism.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from fedfair.privacy.ledger_home import (
     take_over_former,
     write_link,
 )
-from fedfair.privacy.ledger_people import TABLE_KEY, keep_rows, know_people
+from fedfair.privacy.ledger_people import TABLE_KEY, keep_rows, know_people, state_path
 from fedfair.runtime.collaborator.config import CollaboratorConfig, DataSettings
 from fedfair.runtime.collaborator.input_record import InputRecord, fold_records
 from fedfair.runtime.collaborator.table_fingerprint import table_fingerprint, table_rows, was_same_data
@@ -71,9 +71,10 @@ class Charges:
     def budget(self) -> float:
         """The most epsilon this institution's releases may spend in all.
 
-        The plan's [privacy] budget, or its own [privacy] budget_epsilon where that is lower.
+        The plan's [privacy] budget, or its own where that is lower: its [privacy] budget_epsilon, else its
+        target_epsilon (:attr:`~fedfair.privacy.config.PrivacyConfig.budget`).
         """
-        own = self.config.privacy.budget_epsilon
+        own = self.config.privacy.budget
         return self.shared.privacy.budget if own is None else min(self.shared.privacy.budget, own)
 
     def training(self, round_number: int, model: str, dimension: int) -> None:
@@ -225,6 +226,10 @@ def open_ledger(config: CollaboratorConfig, *, starting_over: bool = False) -> L
     ledger = Ledger(ledger_path(ledger_folder(), config.name, identity), config.name, identity)
     if config.data.csv is not None:
         know_people(ledger, table_rows(config.data.csv), dp_sgd_steps)
+    else:
+        # A named dataset's partition has no rows to match other tables' people by, but its own DP-SGD steps are
+        # its people's all the same: the ledger is one figure for every mechanism whatever the data's kind.
+        ledger.others = functools.partial(dp_sgd_steps, state_path(ledger.path))
     for former in former_ledgers(folder, config.name):
         if former.resolve() == ledger.path.resolve():
             continue  # the ledger folder is this config's folder

@@ -242,7 +242,9 @@ class Collaborator(TaskStream):
         if self.config.privacy.enabled:
             from fedfair.privacy.learner import PrivateLearner  # Opacus is loaded only where DP is on
 
-            if isinstance(prepared.trainer, PrivateLearner):
+            # Only local DP-SGD's accountant persists: under the plan's distributed noise (which a site's own
+            # mode = "distributed" accepts) the spend is the ledger's, and each process starts its accountant afresh.
+            if isinstance(prepared.trainer, PrivateLearner) and prepared.trainer.privacy.mode == "local":
                 accountant = prepared.trainer.accountant
                 try:
                     joined.record.check_accountant(accountant.rounds, getattr(accountant, "path", None))

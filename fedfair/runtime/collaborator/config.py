@@ -23,7 +23,7 @@ from typing import Any
 from fedfair.core.errors import ConfigError
 from fedfair.core.config import FACTORY_PATH
 from fedfair.pki.names import FEDERATION_ID_RE, validate_name
-from fedfair.privacy.config import PrivacyConfig
+from fedfair.privacy.config import MODES, PrivacyConfig
 from fedfair.runtime.collaborator.consent import REFUSE_AUDITORS, read_refused_auditors
 from fedfair.runtime.collaborator.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from fedfair.runtime.observe.endpoint import SECTION as MONITORING, MonitoringSettings, parse_monitoring
@@ -41,7 +41,7 @@ logger = logging.getLogger("fedfair.collaborator")
 
 _DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?|mps|auto")
 
-PRIVACY_KEYS = ("enabled", "noise_multiplier", "target_epsilon", "max_grad_norm", "delta", "budget_epsilon")
+PRIVACY_KEYS = ("enabled", "mode", "noise_multiplier", "target_epsilon", "max_grad_norm", "delta", "budget_epsilon")
 """The keys of [privacy] that are PrivacyConfig's fields an institution sets (not its test-only ones)."""
 
 SHARE_EPSILON_KEY = "share_epsilon"
@@ -318,6 +318,9 @@ def _privacy(source: str, data: Mapping[str, object]) -> PrivacyConfig:
     target_epsilon = positive("target_epsilon")
     return PrivacyConfig(
         enabled=enabled,
+        # "distributed": this institution's floor on a plan's noise inside the secure sum (its target_epsilon
+        # and delta), which it then trains under (fedfair.runtime.plan.privacy.privacy_shortfall).
+        mode=t.string("mode", d.mode, choices=MODES),
         # A target epsilon calibrates the noise, so it takes the place of noise_multiplier (even one
         # written in the file: the template's noise_multiplier = 1.0 stays when target_epsilon is set).
         noise_multiplier=None if target_epsilon is not None else noise_multiplier,

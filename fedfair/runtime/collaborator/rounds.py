@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import torch
@@ -34,6 +35,7 @@ from fedfair.core.update import WeightedVector, bounded, weighted
 from fedfair.fairness import sums
 from fedfair.runtime.collaborator.answers import composition_counts
 from fedfair.core.errors import UncheckedModelError
+from fedfair.runtime.collaborator.catch_up import catch_up
 from fedfair.runtime.collaborator.charges import Charges
 from fedfair.runtime.collaborator.input_record import InputRecord, SignedView
 from fedfair.runtime.collaborator.stored_answer import StoredAnswer
@@ -151,14 +153,23 @@ class RoundJob:
         one_round = kind == "train" and self.shared.privacy.distributed
         return self.record.view(round_number, kind, model, one_round=one_round)
 
-    def checked(self, check: Callable[[], None], round_number: int, kind: str, model: str) -> None:
+    def checked(
+        self, check: Callable[[], None], round_number: int, kind: str, model: str, caught_up: Callable[[], bool]
+    ) -> None:
         """Run the model chain's `check` of round `round_number`'s model (digest `model`, an input of `kind`).
 
-        A model the chain cannot check is sat out (UncheckedModelError, a withdrawal) and the outcome record
-        says so; a round older than this record answered is the record's to refuse first (FEDERATION_PAST).
+        A model the chain cannot check is checked again once `caught_up` applied the verified sums of the rounds
+        this site missed (:mod:`~fedfair.runtime.collaborator.catch_up`; it says whether it applied any). A model
+        the chain still cannot check is sat out (UncheckedModelError, a withdrawal) and the outcome record says so;
+        a round older than this record answered is the record's to refuse first (FEDERATION_PAST).
         """
         try:
-            check()
+            try:
+                check()
+            except UncheckedModelError:
+                if not caught_up():
+                    raise
+                check()
         except UncheckedModelError as unchecked:
             self.view_of(round_number, kind, model)
             self.outcome.unchecked(round_number, unchecked.why)
@@ -186,7 +197,8 @@ class RoundJob:
         model = model_digest(values, c)
         # Checked before anything trains on it or keeps it: the server step applied to the sums this site verified.
         chain = self.participant.chain
-        self.checked(lambda: chain.sent(binding.round, theta, c, control), binding.round, "train", model)
+        caught_up = partial(catch_up, self.participant, self.uplink, stub, binding.round - 1)
+        self.checked(lambda: chain.sent(binding.round, theta, c, control), binding.round, "train", model, caught_up)
         view = self.view_of(binding.round, "train", model)
         self.outcome.training_model(binding.round, theta, c)
         # Trained on, then let go: the update, its encoding and the record need none of it.
@@ -365,7 +377,8 @@ class RoundJob:
         theta, c = self.download(stub, binding)
         model = model_digest(theta, c)
         chain = self.participant.chain
-        self.checked(lambda: chain.evaluated(binding.round, theta, c), binding.round, "evaluate", model)
+        caught_up = partial(catch_up, self.participant, self.uplink, stub, binding.round)
+        self.checked(lambda: chain.evaluated(binding.round, theta, c), binding.round, "evaluate", model, caught_up)
         self.participant.figures.asked(binding.round, model, c)  # the figures of its sum, once verified
         view = self.view_of(binding.round, "evaluate", model)
         if binding.round == self.shared.training.rounds:

@@ -227,28 +227,36 @@ class Participant:
                 manifest) the roster names a party the manifest does not list or is below its minimum round
                 size (a Sybil roster).
         """
+        return self.check_parameters_of(work.round, work.stages, inputs, work.model)
+
+    def check_parameters_of(
+        self, round_number: int, stages: Stages, inputs: StageInput, model: str | None = None
+    ) -> RoundParameters:
+        """:meth:`check_parameters` of round `round_number`'s aggregation over `stages`, answering the model `model`.
+
+        `model` None: a round this site took no part in, which it catches up on
+        (:mod:`~fedfair.runtime.collaborator.catch_up`): neither its place in the roster nor the model is checked.
+        """
         parameters = RoundParameters.from_bytes(bytes(inputs))  # a few hundred bytes
-        kind, dimension, encoding = self.expected(work)
+        kind, dimension, encoding = self.aggregation(stages, round_number)
         problems = [
             what
             for what, wrong in (
                 ("kind", parameters.kind != kind),
-                ("round", parameters.round != work.round),
+                ("round", parameters.round != round_number),
                 ("secure aggregation", parameters.secure != self.shared.secure_aggregation.enabled),
-                ("roster", self.name not in parameters.parties),
+                ("roster", model is not None and self.name not in parameters.parties),
                 ("quorum", len(parameters.parties) < self.shared.quorum.min_collaborators),
                 ("dimension", parameters.dimension != dimension),
                 ("encoding", parameters.encoding != encoding),
                 *((what, True) for what in self.security.differences(parameters.security)),
                 ("graph roster", not self.graph_roster_fits(parameters)),
-                ("model", parameters.model != work.model),
-                ("secure round", parameters.protocol != work.stages.protocol.name),
+                ("model", model is not None and parameters.model != model),
+                ("secure round", parameters.protocol != stages.protocol.name),
             )
             if wrong
         ]
-        if not problems and parameters.graph_seed != parameters.implied_graph_seed(
-            self.shared.federation_id, work.stages
-        ):
+        if not problems and parameters.graph_seed != parameters.implied_graph_seed(self.shared.federation_id, stages):
             problems.append("graph seed")
         if problems:
             raise RefusedError(

@@ -205,7 +205,8 @@ class TaskStream:
                 self._work = None
             return False
         except VerificationError as error:  # a model not made from the sums this site verified (the model chain)
-            raise self._refuse_sum(binding.round, error) from None
+            # Its round is a training round's: this one's, or one this site missed and caught up on (.catch_up).
+            raise self._refuse_sum(error.round, error) from None
         except RefusedError as error:  # INPUT_BOUND: the input record refuses it (a WITHDRAWN is step's own)
             self.connection.warn(
                 "refusals",

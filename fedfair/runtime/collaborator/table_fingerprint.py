@@ -5,9 +5,9 @@ columns in name order, a missing cell empty, a cell that reads as a finite numbe
 alike), other text stripped, and the rows sorted. A file moved, copied, converted between CSV and Parquet or
 re-sorted is the same table; a row added, removed or corrected, or a column renamed, is another table, with a
 ledger of its own that continues the spend of the ledgers it shares rows with (:mod:`fedfair.privacy.ledger_people`,
-matched on :func:`table_rows`). A row is matched in two spellings: as the fingerprint reads it, and as the sorted
-cells alone, case folded, a date's midnight dropped, so that a column renamed (which moves it in name order), a
-category's case changed at export or a date column parsed as dates into Parquet still finds the same people. [data] recode does not count: it renames values, not people.
+matched on :func:`table_rows`) in two spellings: as the fingerprint reads it, and its cells alone, sorted, case folded,
+a date's midnight dropped (a column renamed, a category re-cased, dates parsed into Parquet: the same people).
+Neither [data] recode (it renames values, not people) nor the row index pandas' ``to_csv`` writes by default counts.
 
 Why: docs/security.md, "The privacy ledger".
 """
@@ -65,6 +65,8 @@ def _read(path: Path) -> tuple[str, list[tuple[str, str]]]:
 
 
 def _fingerprint(table: pd.DataFrame) -> tuple[str, list[tuple[str, str]]]:
+    if _written_index(table):
+        table = table.iloc[:, 1:]
     names = [str(name).strip() for name in table.columns]
     order = sorted(range(len(names)), key=lambda index: names[index])
     cells = [_canonical(table.iloc[:, index]) for index in order]
@@ -75,6 +77,19 @@ def _fingerprint(table: pd.DataFrame) -> tuple[str, list[tuple[str, str]]]:
     for row, _ in rows:
         digest.update(b"\n" + row.encode())
     return digest.hexdigest(), rows
+
+
+def _written_index(table: pd.DataFrame) -> bool:
+    """Whether the first column is a row index pandas wrote (``to_csv``'s default): unnamed, the integers 0..n-1.
+
+    pandas writes it with an empty header, read back as "Unnamed: 0", in the frame's row order (shuffled rows carry
+    their numbers along); the rows are the same people whatever their numbers, and counting it would make the most
+    common re-export another table, its spend starting at 0 in a fresh folder.
+    """
+    if table.shape[1] < 2 or str(table.columns[0]).strip() not in ("", "Unnamed: 0"):
+        return False
+    first = table.iloc[:, 0]
+    return pd.api.types.is_integer_dtype(first) and np.array_equal(np.sort(first.to_numpy()), np.arange(len(table)))
 
 
 def _canonical(column: pd.Series) -> list[str]:

@@ -291,7 +291,8 @@ def round_trainer(learner: LocalLearner, config: CollaboratorConfig, shared: Sha
     (the secure sum does) and its spend is the one-input record's ledger
     (:class:`~fedfair.runtime.collaborator.charges.Charges`); under local DP its accountant persists
     beside this config, one file per dataset (NAME.DATA.privacy.json), so a restarted collaborator, or
-    one joining another federation with the same data, continues what that data has spent.
+    one joining another federation with the same data, continues what that data has spent, and its steps stop at
+    the plan's [privacy] budget or the institution's own, the lower.
     """
     distributed = shared.privacy.distributed
     if not (distributed or config.privacy.enabled):
@@ -344,4 +345,5 @@ def round_trainer(learner: LocalLearner, config: CollaboratorConfig, shared: Sha
         planned_rounds=shared.training.rounds,
         name=config.name,
         released=released,
+        plan_budget=shared.privacy.budget,
     )

@@ -27,8 +27,8 @@ _CONFIG_TAIL = """\
 # DP-SGD on this institution's local steps (Opacus; docs/design.md section 5, "Threat model"), this
 # institution's own choice. Its accountant persists in NAME.DATA.privacy.json beside
 # this file, one per dataset: every federation that trains on the same records spends
-# the same budget. Once the budget is spent the collaborator stops contributing and
-# tells the aggregator so.
+# the same budget. Once the budget (its own, or the plan's [privacy] budget where lower)
+# is spent the collaborator stops contributing and tells the aggregator so.
 enabled = false
 noise_multiplier = 1.0
 max_grad_norm = 20.0   # per-sample clip of (theta, c) jointly; a small bound starves c (README)
@@ -36,6 +36,8 @@ delta = 1e-5
 # target_epsilon = 3.0    # aim for this epsilon over the whole training (calibrates the
                           # noise: noise_multiplier is then not used)
 # budget_epsilon = 8.0    # stop contributing once this epsilon is spent
+# mode = "distributed"    # take the plan's noise inside the secure sum instead of DP-SGD's:
+                          # refuse a plan spending more than target_epsilon (and delta)
 share_epsilon = false     # report the epsilon spent so far to the aggregator each round
 
 [model]

@@ -208,12 +208,7 @@ class LearningSettings:
         """
         secure = self.secure_aggregation
         return plan_floor(
-            collaborators,
-            self.quorum.min_collaborators,
-            secure.max_colluding,
-            secure.tolerates_dropouts,
-            secure.threshold,
-            secure.mask_neighbours(collaborators),
+            collaborators, self.quorum.min_collaborators, secure.security(collaborators), secure.tolerates_dropouts
         )
 
     def training_noise(self, collaborators: int, dimension: int) -> tuple[TrainingNoise, float]:

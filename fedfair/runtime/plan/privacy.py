@@ -37,6 +37,7 @@ from fedfair.runtime.plan.limits import number_in, positive
 from fedfair.runtime.composition_counts import CompositionColumn, composition_length, composition_sensitivity
 from fedfair.core.tables import Table, field_names
 from fedfair.secagg.config import holders_per_secret, threshold_in_force
+from fedfair.secagg.security import SecurityParameters
 from fedfair.secagg.noise import check_mu
 
 ROUNDING_BETA = 1e-12
@@ -221,24 +222,17 @@ def _answer_release(epsilon: float, delta: float, columns: tuple[CompositionColu
 
 
 @functools.lru_cache(maxsize=64)
-def plan_floor(
-    collaborators: int,
-    quorum: int,
-    max_colluding: int,
-    tolerates_dropouts: bool,
-    threshold: int | None,
-    neighbours: int | None,
-) -> int:
+def plan_floor(collaborators: int, quorum: int, security: SecurityParameters, tolerates_dropouts: bool) -> int:
     """The fewest survivors of any sum the secure-aggregation protocol can unmask under the plan.
 
     Every collaborator under ``dropouts = "none"``. Else the least threshold t in force over every round size p
     the plan allows, from `quorum` ([quorum] min_collaborators) to `collaborators`, by the protocol's own rules
-    (:func:`fedfair.secagg.config.holders_per_secret`, :func:`~fedfair.secagg.config.threshold_in_force`) on
-    the plan's graph (`neighbours`, None for the complete graph). On the complete graph, which a degree of
-    `collaborators` - 1 is as well, t follows each round's own size, so the smallest round decides. No client
-    signs a survivor set below t, and the rule keeps t >= max_colluding + 2: at least two honest survivors. A
-    manifest's min_round_size may only raise the floor, which a collaborator enforces, so noise calibrated to
-    it is never too little.
+    (:func:`fedfair.secagg.config.holders_per_secret`, :func:`~fedfair.secagg.config.threshold_in_force`) under the
+    plan's `security` (its threshold, collusion bound and masking graph's degree, None for the complete graph). On
+    the complete graph, which a degree of `collaborators` - 1 is as well, t follows each round's own size, so the
+    smallest round decides. No client signs a survivor set below t, and the rule keeps t >= max_colluding + 2: at
+    least two honest survivors. A manifest's min_round_size may only raise the floor, which a collaborator
+    enforces, so noise calibrated to it is never too little.
 
     Raises:
         ConfigError: no round size the plan allows can run under the threshold rule, so no floor exists.
@@ -248,15 +242,15 @@ def plan_floor(
     thresholds = []
     for parties in range(quorum, collaborators + 1):
         try:
-            holders = holders_per_secret(parties, collaborators, neighbours)
-            thresholds.append(threshold_in_force(threshold, holders, max_colluding))
+            holders = holders_per_secret(parties, collaborators, security.neighbours)
+            thresholds.append(threshold_in_force(security.threshold, holders, security.max_colluding))
         except ConfigError:
             continue  # the protocol runs no round of this size
     if not thresholds:
         raise ConfigError(
             f"no round of {quorum} to {collaborators} collaborators satisfies the secure-aggregation threshold "
-            f"rule (threshold {threshold}, max_colluding {max_colluding}), so no noise floor holds; omit threshold "
-            "or lower max_colluding"
+            f"rule (threshold {security.threshold}, max_colluding {security.max_colluding}), so no noise floor "
+            "holds; omit threshold or lower max_colluding"
         )
     return min(thresholds)
 
@@ -340,7 +334,8 @@ def privacy_shortfall(own: PrivacyConfig, plan: PlanPrivacy, secure: bool) -> st
     own noise would be counted nowhere in the sum's calibration), or local DP-SGD under a `secure` plan whose
     evaluation answers and table statistics decode exact (no report_epsilon: they would tell the aggregator the
     sums the training noise keeps from it); or no [privacy] of its own under a plan whose mode = "local" leaves the
-    training's noise to each institution. Without secure aggregation a plan cannot set report_epsilon, so
+    training's noise to each institution; or local DP-SGD that cannot hold within the plan's budget (no noise, a
+    target past the budget, a delta above the plan's; :func:`_beyond_plan_budget`). Without secure aggregation a plan cannot set report_epsilon, so
     local DP-SGD is accepted there: the aggregator reads each site's answers and statistics exact whatever the
     site does, and refusing would leave it no noise at all (docs/security.md). Each reason names the fix.
     """
@@ -359,9 +354,14 @@ def privacy_shortfall(own: PrivacyConfig, plan: PlanPrivacy, secure: bool) -> st
         if plan.distributed:
             return (
                 "its [privacy] adds local DP-SGD noise, and the plan adds distributed noise inside the secure sum "
-                '(mode = "distributed"); set mode = "distributed" and a target_epsilon in this institution\'s '
-                "[privacy] to accept the plan's noise, or remove [privacy]"
+                '(mode = "distributed"); set mode = "distributed" and a target_epsilon (the most the plan\'s '
+                "training may spend) in this institution's [privacy] to accept the plan's noise, with a "
+                "budget_epsilon above it for the noised answers (the target is the budget without one), or remove "
+                "[privacy]"
             )
+        beyond = _beyond_plan_budget(own, plan)
+        if beyond is not None:
+            return beyond
         if secure and not plan.noised:
             return (
                 "its [privacy] adds local DP-SGD noise to training, and the plan sends the evaluation answers and "
@@ -382,6 +382,37 @@ def privacy_shortfall(own: PrivacyConfig, plan: PlanPrivacy, secure: bool) -> st
             f"the plan's training noise spends epsilon {plan.epsilon:g} at delta {plan.delta:g}, more than this "
             f"institution's [privacy] allows (epsilon {own.target_epsilon:g}, delta {own.delta:g}); ask the "
             "operator for a plan within it"
+        )
+    return None
+
+
+def _beyond_plan_budget(own: PrivacyConfig, plan: PlanPrivacy) -> str | None:
+    """Why this institution's local DP-SGD cannot hold within the plan's [privacy] budget, or None.
+
+    The budget binds the DP-SGD steps too (the learner stops at it), so a site whose steps add no noise (no finite
+    epsilon), whose target is past the budget, or whose delta is above the plan's (an epsilon at a larger delta says
+    less than the budget, which is stated at the plan's delta) is refused here, before any update leaves, rather
+    than joining a plan that says every institution's training is noised within its budget. A noise multiplier too
+    small for even one round is refused by the learner at its first round, which knows the sampling rate.
+    """
+    if own.noise_multiplier == 0.0:
+        return (
+            "its [privacy] noise_multiplier = 0 adds no noise to DP-SGD: its updates would leave clipped but exact, "
+            f"with no finite epsilon, under a plan whose [privacy] budget is {plan.budget:g}; set target_epsilon = "
+            f"{plan.budget:g} or less (or a noise_multiplier above 0) in this institution's [privacy]"
+        )
+    if own.target_epsilon is not None and own.target_epsilon > plan.budget:
+        return (
+            f"its [privacy] target_epsilon = {own.target_epsilon:g} is past the plan's [privacy] budget "
+            f"{plan.budget:g}, the most this institution's training and answers may spend together; set "
+            f"target_epsilon = {plan.budget:g} or less in this institution's [privacy], or ask the operator for a "
+            "plan with a larger budget"
+        )
+    if own.delta > plan.delta:
+        return (
+            f"its [privacy] delta = {own.delta:g} is above the plan's [privacy] delta {plan.delta:g}, at which the "
+            f"plan's budget {plan.budget:g} is stated: its DP-SGD epsilon would say less than the budget means; set "
+            f"delta = {plan.delta:g} or less in this institution's [privacy]"
         )
     return None
 

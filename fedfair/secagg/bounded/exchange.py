@@ -141,7 +141,7 @@ class AuditorTotal:
 
     def to_bytes(self) -> bytes:
         """Canonical bytes."""
-        writer = Writer().ids(self.accepted).blob(np.ascontiguousarray(self.total, dtype="<u8").tobytes())
+        writer = Writer().ids(self.accepted).blob(field.to_wire(self.total))
         return writer.blob(self.signature).getvalue()
 
     @classmethod
@@ -150,9 +150,4 @@ class AuditorTotal:
         reader = Reader(data)
         accepted, raw, signature = reader.ids(), reader.blob(), reader.blob(SIGNATURE_LIMIT)
         reader.finish()
-        if len(raw) % field.ELEMENT_BYTES:
-            raise ProtocolError("malformed auditor total: not a whole number of field elements")
-        total = np.frombuffer(raw, dtype="<u8").astype(np.uint64)
-        if np.any(total >= np.uint64(field.P)):
-            raise ProtocolError("the auditor's total holds a value that is not a field element")
-        return cls(accepted, total, signature)
+        return cls(accepted, field.from_wire(raw, "the auditor's total"), signature)

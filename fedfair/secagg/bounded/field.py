@@ -15,13 +15,17 @@ import hashlib
 import numba
 import numpy as np
 
+from fedfair.core.errors import ProtocolError
 from fedfair.secagg import prg
 
 P = (1 << 61) - 1
 """The field's modulus, a Mersenne prime."""
 
 ELEMENT_BYTES = 8
-"""Bytes of one element on the wire (a little-endian uint64)."""
+"""Bytes of one element in memory and in a hash (a little-endian uint64); on the wire, :func:`to_wire` packs 61 bits."""
+
+ELEMENT_BITS = 61
+"""Bits of one element on the wire: elements are below 2^61, so :func:`to_wire` drops each uint64's top three."""
 
 _P = np.uint64(P)
 _LOW32 = np.uint64(0xFFFFFFFF)
@@ -30,6 +34,8 @@ _S3 = np.uint64(3)
 _S29 = np.uint64(29)
 _S32 = np.uint64(32)
 _S61 = np.uint64(61)
+_S64 = np.uint64(64)
+_BYTE = np.uint64(0xFF)
 _ZERO = np.uint64(0)
 _EXTEND_BLOCK = 256
 """Columns :func:`extend` works on at once: its two N x 256 tables (128 KiB at N = 64) stay in the L2 cache."""
@@ -136,6 +142,37 @@ def _multiply(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
         out[index] = _mul(a[index], b[index])
 
 
+@numba.njit(cache=True)
+def _pack(elements: np.ndarray, out: np.ndarray) -> None:
+    """Element i's 61 bits at bits 61 i to 61 i + 60 of ``out`` (little-endian); ``out`` zeroed, 8 bytes spare."""
+    for index in range(elements.size):
+        value = elements[index]
+        position = np.uint64(index) * _S61
+        start = position >> _S3
+        shift = position & np.uint64(7)
+        low = value << shift  # the element's bits that land in bytes start .. start + 7
+        for offset in range(8):
+            out[start + np.uint64(offset)] |= np.uint8((low >> np.uint64(8 * offset)) & _BYTE)
+        if shift > np.uint64(3):  # 61 + shift > 64: the top bits spill into byte start + 8
+            out[start + np.uint64(8)] |= np.uint8(value >> (_S64 - shift))
+
+
+@numba.njit(cache=True)
+def _unpack(data: np.ndarray, out: np.ndarray) -> None:
+    """The inverse of :func:`_pack`: ``data`` holds 8 spare zero bytes past the packed ones."""
+    for index in range(out.size):
+        position = np.uint64(index) * _S61
+        start = position >> _S3
+        shift = position & np.uint64(7)
+        word = _ZERO
+        for offset in range(8):
+            word |= np.uint64(data[start + np.uint64(offset)]) << np.uint64(8 * offset)
+        value = word >> shift
+        if shift > np.uint64(3):
+            value |= np.uint64(data[start + np.uint64(8)]) << (_S64 - shift)
+        out[index] = value & _P
+
+
 def compile_kernels() -> None:
     """Run each compiled loop once on a few elements, so that numba compiles it now rather than mid-round.
 
@@ -152,6 +189,7 @@ def compile_kernels() -> None:
     matmul_transposed(rows, rows)
     extend(rows)
     signed_projections(row, trit_codes(bytes(32), b"compile", 8), 2)  # read-only bytes, as a round's
+    from_wire(to_wire(row), "compiled elements")
 
 
 def multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -191,6 +229,49 @@ def signed_projections(values: np.ndarray, trits: np.ndarray, tests: int) -> np.
     """The ``tests`` projections <z_j, values> mod p, z_j in {-1, 0, 1}^d from :func:`trit_codes` bytes."""
     out = np.empty(tests, dtype=np.uint64)
     _signed_projections(values, trits, tests, out)
+    return out
+
+
+def wire_bytes(count: int) -> int:
+    """Bytes of ``count`` elements on the wire: :data:`ELEMENT_BITS` each, the last byte's spare bits zero."""
+    return -(-count * ELEMENT_BITS // 8)
+
+
+def to_wire(elements: np.ndarray) -> bytes:
+    """Elements (each below p) packed at 61 bits each, little-endian: 61 bytes for 8 elements, not 64.
+
+    An element is uniform in [0, p) wherever it is a share, so no coding can take fewer bits than log2(p); the top
+    three bits of a uint64 are the only slack.
+    """
+    out = np.zeros(wire_bytes(elements.size) + 8, dtype=np.uint8)
+    _pack(np.ascontiguousarray(elements, dtype=np.uint64), out)
+    return out[: out.size - 8].tobytes()
+
+
+def from_wire(data: bytes | memoryview, what: str) -> np.ndarray:
+    """Parse :func:`to_wire`'s packing of ``what`` (named in the error) into its elements.
+
+    The count is the one whose packing takes ``len(data)`` bytes (8 len / 61 rounded down: two counts never share a
+    length, since a count's packing grows by at least 7 bytes); the spare bits of the last byte must be zero, so each
+    list of elements has one encoding, which a signature over the bytes then binds.
+
+    Raises:
+        ProtocolError: ``data`` is not a canonical packing of elements below p (a peer's bug or tampering).
+    """
+    count = len(data) * 8 // ELEMENT_BITS
+    if wire_bytes(count) != len(data):
+        raise ProtocolError(
+            f"malformed {what}: {len(data)} bytes are not a whole number of {ELEMENT_BITS}-bit elements"
+        )
+    padded = np.zeros(len(data) + 8, dtype=np.uint8)
+    padded[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+    out = np.empty(count, dtype=np.uint64)
+    _unpack(padded, out)
+    spare = 8 * len(data) - ELEMENT_BITS * count
+    if spare and padded[len(data) - 1] >> (8 - spare):
+        raise ProtocolError(f"malformed {what}: the spare bits after its last element are not zero")
+    if np.any(out == _P):
+        raise ProtocolError(f"{what} holds a value that is not a field element")
     return out
 
 

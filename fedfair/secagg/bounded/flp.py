@@ -124,7 +124,7 @@ def query(layout: Layout, inputs: np.ndarray, proof: np.ndarray, randomness: Ran
     chunk, points, tests = layout.chunk, layout.points, layout.tests
     square_calls, bit_calls = layout.square_calls_for(chunk), layout.bit_calls_for(chunk)
     a_rows, b_rows = wire_rows(layout, inputs, randomness.bit_weights, leader)
-    seeds, values = proof[: 2 * QUERIES * chunk].reshape(2, QUERIES, chunk), proof[2 * QUERIES * chunk :]
+    seeds, values = proof[: layout.wire_seeds].reshape(2, QUERIES, chunk), proof[layout.wire_seeds :]
     gadget = values[QUERIES:points]
     x = inputs[: layout.dimension]
     norm_bits = inputs[layout.dimension : layout.dimension + layout.norm_bits]

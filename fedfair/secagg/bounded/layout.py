@@ -135,9 +135,19 @@ class Layout:
         return -(-self.witness_bits // chunk)
 
     @property
+    def wire_seeds(self) -> int:
+        """Elements of a proof's wire seeds: QUERIES for each of 2c wires (each share expands from a seed)."""
+        return 2 * QUERIES * self.chunk
+
+    @property
+    def polynomial_values(self) -> int:
+        """Elements of the gadget polynomial in a proof: its values at the 2N - 1 points 0 to 2N - 2."""
+        return 2 * self.points - 1
+
+    @property
     def proof_length(self) -> int:
-        """Elements of a proof: QUERIES seeds for each of 2c wires, then the gadget polynomial at 2N - 1 points."""
-        return 2 * QUERIES * self.chunk + 2 * self.points - 1
+        """Elements of a proof: its wire seeds, then the gadget polynomial's values."""
+        return self.wire_seeds + self.polynomial_values
 
     @property
     def outputs(self) -> int:

@@ -67,7 +67,7 @@ class VerdictRecord:
             item = self.evidence[party]
             writer.u32(party).blob(item.leader_message).blob(item.leader_signature)
             writer.blob(item.helper_message).blob(item.helper_signature).blob(item.party_signature)
-        writer.blob(self.noise_commitment).blob(np.ascontiguousarray(self.total, dtype="<u8").tobytes())
+        writer.blob(self.noise_commitment).blob(prime_field.to_wire(self.total))
         return b"fedfair bounded v1 verdict record\x00" + writer.getvalue()
 
     def is_signed(self, context: BoundedContext) -> bool:
@@ -109,7 +109,7 @@ class VerdictRecord:
                 reader.blob(SIGNATURE_LIMIT),
             )
         noise_commitment = reader.blob(COMMITMENT_BYTES)
-        total = _elements(reader.blob())
+        total = prime_field.from_wire(reader.blob(), "the verdict record's total")
         reader.finish()
         return cls(query_seed, accepted, excluded, evidence, noise_commitment, total, signature)
 
@@ -193,15 +193,6 @@ def check_round_evidence(
         raise ProtocolError(f"the verdict record's total is not {context.dimension} field elements")
     context.check_floor(tuple(sorted(record.accepted)), "this site tags no total of them and applies nothing")
     return RoundFindings(tuple(sorted(record.accepted)), liars)
-
-
-def _elements(data: bytes) -> np.ndarray:
-    if len(data) % prime_field.ELEMENT_BYTES:
-        raise ProtocolError("malformed verdict record: its total is not a whole number of field elements")
-    elements = np.frombuffer(data, dtype="<u8").astype(np.uint64)
-    if np.any(elements >= np.uint64(prime_field.P)):
-        raise ProtocolError("the verdict record's total holds a value that is not a field element")
-    return elements
 
 
 DISPUTE_PREFIX = b"fedfair bounded v1 dispute\x00"

@@ -1,11 +1,14 @@
 """The client's side: encode an update within its bound, share it with a witness, and prove it.
 
-The aggregator (the leader) receives an explicit share of the input and of the proof, and a blind; the
-auditor (the helper) receives a 32-byte seed from which its shares expand, so its download does not
-grow with d. Joint randomness comes in two steps (Fiat-Shamir), so that a client cannot choose its input
-after seeing its tests: the range tests from the hashes of x's shares, then the bit weights from the
-hashes of the witness's shares too. Each hash of the leader's share is keyed by a secret blind: the
-auditor, who knows its own share, cannot test guesses of x against it.
+The aggregator (the leader) receives an explicit share of the input and of the proof's polynomial values, a
+seed its share of the proof's wire seeds expands from, and a blind; the auditor (the helper) receives a 32-byte
+seed from which its shares expand, so its download does not grow with d. The wire seeds need only be uniform
+and unknown to each verifier alone, so both shares of them can be pseudorandom: the prover draws the
+aggregator's from a seed too, and its part carries 32 bytes where it carried 4 c elements (53 kB at d = 10^5).
+Joint randomness comes in two steps (Fiat-Shamir), so that a client cannot choose its input after seeing its
+tests: the range tests from the hashes of x's shares, then the bit weights from the hashes of the witness's
+shares too. Each hash of the leader's share is keyed by a secret blind: the auditor, who knows its own share,
+cannot test guesses of x against it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.secagg.bounded import field, flp
-from fedfair.secagg.bounded.layout import QUERIES, Layout
+from fedfair.secagg.bounded.layout import Layout
 
 SEED_BYTES = 32
 """Bytes of the auditor's seed, of a blind and of each joint-randomness part."""
@@ -41,16 +44,30 @@ class Parts:
 
 @dataclass(frozen=True)
 class LeaderShare:
-    """What the aggregator receives: its input and proof shares, its blind, and the auditor's parts as claimed."""
+    """What the aggregator receives: its input share, its proof share, its blind, and the auditor's parts as claimed.
+
+    inputs: its share of x and the witness bits.
+    wire_seed: the seed its share of the proof's wire seeds expands from (:func:`leader_wire_seeds`).
+    values: its share of the gadget polynomial's values at 0 to 2N - 2, the rest of the proof.
+    """
 
     inputs: np.ndarray
-    proof: np.ndarray
+    wire_seed: bytes
+    values: np.ndarray
     blind: bytes
     peer_parts: Parts
 
+    def fits(self, layout: Layout) -> bool:
+        """Whether its vectors have ``layout``'s lengths (x and the witness; 2N - 1 polynomial values)."""
+        return self.inputs.shape == (layout.input_length,) and self.values.shape == (layout.polynomial_values,)
+
+    def proof(self, layout: Layout) -> np.ndarray:
+        """Its whole proof share for ``layout``: the wire seeds' share, expanded, then the polynomial values."""
+        return np.concatenate([leader_wire_seeds(layout, self.wire_seed), self.values])
+
     def wire_bytes(self) -> int:
-        """Bytes of the share's payload on the wire (elements, blind and parts)."""
-        return (self.inputs.size + self.proof.size) * field.ELEMENT_BYTES + 3 * SEED_BYTES
+        """Bytes of the share's payload on the wire (elements at 61 bits, the wire seed, blind and parts)."""
+        return field.wire_bytes(self.inputs.size) + field.wire_bytes(self.values.size) + 4 * SEED_BYTES
 
 
 @dataclass(frozen=True)
@@ -135,12 +152,18 @@ def make_report(
     leader_witness = field.subtract(bits, helper_inputs[layout.dimension :])
     parts = Parts(tests_part, leader_part(blind, b"witness", leader_witness))
     bit_weights = joint_bit_weights(layout, parts, helper_parts)
-    wire_seeds = field.random_elements(os.urandom(SEED_BYTES), b"wire seeds", 2 * QUERIES * layout.chunk)
+    wire_seed = os.urandom(SEED_BYTES)
+    seeds = layout.wire_seeds
+    wire_seeds = field.add(leader_wire_seeds(layout, wire_seed), helper_proof[:seeds])
     proof = flp.prove(layout, np.concatenate([inputs, bits]), bit_weights, wire_seeds)
-    leader = LeaderShare(
-        np.concatenate([leader_x, leader_witness]), field.subtract(proof, helper_proof), blind, helper_parts
-    )
+    values = field.subtract(proof[seeds:], helper_proof[seeds:])
+    leader = LeaderShare(np.concatenate([leader_x, leader_witness]), wire_seed, values, blind, helper_parts)
     return leader, HelperShare(seed, parts)
+
+
+def leader_wire_seeds(layout: Layout, wire_seed: bytes) -> np.ndarray:
+    """The aggregator's share of the proof's wire seeds (2 QUERIES c elements), expanded from its ``wire_seed``."""
+    return field.random_elements(wire_seed, b"leader wire seeds", layout.wire_seeds)
 
 
 def helper_expansion(layout: Layout, seed: bytes) -> tuple[np.ndarray, np.ndarray]:

@@ -1,4 +1,4 @@
-"""Run one bounded secure sum inside one process: n sites, the aggregator and the auditor, no network.
+"""The bounded sum's cast and faults for the one simulator: n sites, the aggregator and the auditor, no network.
 
 The round runs in the one simulator (:func:`~fedfair.secagg.simulate.run_round`), over
 :data:`~fedfair.secagg.bounded.stages.BOUNDED_ROUND`'s stages as a runtime runs them, among the parties
@@ -31,7 +31,7 @@ from fedfair.secagg.bounded.peers import Auditor, BoundedSite
 from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord, sign_record
 from fedfair.secagg.bounded.server import BoundedServer
 from fedfair.secagg.bounded.shares import Witness, honest_witness
-from fedfair.secagg.bounded.stages import BOUNDED_ROUND
+from fedfair.secagg.bounded.stages import BOUNDED_ROUND, BoundedStage
 from fedfair.secagg.bounded.total import SignedTags, TagSet, record_digest
 from fedfair.secagg.bounded.upload import SealedSeed
 from fedfair.secagg.bounded.verifier import Role
@@ -60,6 +60,9 @@ class BoundedTrace:
         :data:`AUDITOR`, why the auditor withheld its tags of the record.
     withheld: why an aggregator runtime would have voided the round rather than relay the tags (None: it relays).
     site_keys: each site's identity key, which a check of the record needs (:func:`check_round_evidence`).
+    stage_bytes: per stage's name, the most bytes a site sent in it and the most it was sent.
+    shares: each site's SHARE upload as the aggregator received it (none where a fault lost it), for its bytes part by
+        part.
     """
 
     result: BoundedSum
@@ -79,13 +82,15 @@ class BoundedTrace:
     refusals: dict[int, ProtocolError] = field(default_factory=dict)
     withheld: str | None = None
     site_keys: dict[int, ec.EllipticCurvePublicKey] = field(default_factory=dict)
+    stage_bytes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    shares: dict[int, SiteShare] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, trace: RoundTrace, cast: Cast, faults: BoundedFaults, relayed_seed_bytes: int) -> BoundedTrace:
+    def of(cls, trace: RoundTrace, cast: Cast, faults: BoundedFaults, shares: Mapping[int, SiteShare]) -> BoundedTrace:
         """The one simulator's `trace` of a bounded sum among `cast` under `faults`, in the bounded sum's terms.
 
-        relayed_seed_bytes: the sites' sealed seeds the aggregator relayed to the auditor, which are not the verifiers'
-        exchange.
+        shares: each site's SHARE upload as the aggregator received it; the sealed seeds in them, which it relays to the
+        auditor, are not the verifiers' exchange.
         """
         server: BoundedServer = cast.server
         sites = {party: peer for party, peer in cast.parties.items() if isinstance(peer, BoundedSite)}
@@ -103,6 +108,20 @@ class BoundedTrace:
             for party in sites.keys() & by_party.keys():
                 site_seconds[party] = site_seconds.get(party, 0.0) + by_party[party]
         tags_up = [size for party, size in trace.stage_upload_bytes[decide].items() if party != AUDITOR]
+        relayed_seed_bytes = sum(len(share.sealed.to_bytes()) for share in shares.values())
+        stage_bytes = {
+            stage.name: (
+                max(
+                    (size for party, size in trace.stage_upload_bytes.get(stage, {}).items() if party in sites),
+                    default=0,
+                ),
+                max(
+                    (size for party, size in trace.stage_download_bytes.get(stage, {}).items() if party in sites),
+                    default=0,
+                ),
+            )
+            for stage in BoundedStage
+        }
         return cls(
             server.outcome,
             VerdictRecord.from_bytes(faults.record),
@@ -124,6 +143,8 @@ class BoundedTrace:
             refusals,
             None if faults.forged_record is not None else trace.withheld.get(decide),
             dict(server.parameters.site_keys),
+            stage_bytes,
+            dict(shares),
         )
 
 
@@ -265,17 +286,17 @@ def simulate_bounded_round(
         floor=floor,
     )
     strategy = BoundedFaults(cast, **faults)
-    relayed: list[int] = []
+    shares: dict[int, SiteShare] = {}
 
     def observe(message: Any) -> None:
-        if isinstance(message, SiteShare):  # its sealed seed is relayed to the auditor: not the verifiers' exchange
-            relayed.append(len(message.sealed.to_bytes()))
+        if isinstance(message, SiteShare):
+            shares[message.sender] = message
 
     refusals = (BOUNDED_ROUND.committed, *(spec.stage for spec in BOUNDED_ROUND.verify_stages))
     trace = run_round(
         BOUNDED_ROUND, cast, encoded_input, strategy, observe, verified=True, clock=clock, refusals=refusals
     )
-    return BoundedTrace.of(trace, cast, strategy, sum(relayed))
+    return BoundedTrace.of(trace, cast, strategy, shares)
 
 
 def _tag_opening(tags: list[SignedTags], noise_key: bytes, forged: Callable[[TagSet], TagSet] | None) -> Opening:

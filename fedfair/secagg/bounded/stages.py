@@ -1,4 +1,4 @@
-"""The bounded secure sum declared once as a SecureRound: its stages, in order, and who uploads in each.
+"""The bounded secure sum declared once, a round kind registered by name: its stages, in order, and who uploads.
 
 A second kind of secure sum beside :data:`fedfair.secagg.masked_round.SECURE_ROUND` (docs/security.md, "Bounded inputs
 (two verifiers)"). The auditor is one more peer of the round (party :data:`~fedfair.secagg.bounded.parameters.AUDITOR`)

@@ -50,11 +50,11 @@ class LeaderUpload:
     signature: bytes
 
     def to_bytes(self) -> bytes:
-        """Canonical bytes: party, the share's elements, blind and claimed parts, the digest, the signature."""
+        """Canonical bytes: party, the share's elements (61 bits each), seeds and parts, the digest, the signature."""
         writer = Writer().u32(self.party)
-        writer.blob(np.ascontiguousarray(self.share.inputs, dtype="<u8").tobytes())
-        writer.blob(np.ascontiguousarray(self.share.proof, dtype="<u8").tobytes())
-        writer.blob(self.share.blind + self.share.peer_parts.tests + self.share.peer_parts.witness)
+        writer.blob(field.to_wire(self.share.inputs)).blob(field.to_wire(self.share.values))
+        share = self.share
+        writer.blob(share.wire_seed + share.blind + share.peer_parts.tests + share.peer_parts.witness)
         return writer.blob(self.helper_digest).blob(self.signature).getvalue()
 
     @classmethod
@@ -66,14 +66,18 @@ class LeaderUpload:
         """
         reader = Reader(data)
         party = reader.u32()
-        inputs, proof = _elements(reader.blob()), _elements(reader.blob())
+        inputs = field.from_wire(reader.blob(), "bounded upload's input share")
+        values = field.from_wire(reader.blob(), "bounded upload's proof share")
         secrets = reader.blob()
-        if len(secrets) != 3 * SEED_BYTES:
-            raise ProtocolError("malformed bounded upload: its blind and parts are not three 32-byte strings")
-        blind, tests, witness = (secrets[index : index + SEED_BYTES] for index in range(0, 3 * SEED_BYTES, SEED_BYTES))
+        if len(secrets) != 4 * SEED_BYTES:
+            raise ProtocolError("malformed bounded upload: its wire seed, blind and parts are not four 32-byte strings")
+        wire_seed, blind, tests, witness = (
+            secrets[index : index + SEED_BYTES] for index in range(0, 4 * SEED_BYTES, SEED_BYTES)
+        )
         helper_digest, signature = reader.blob(DIGEST_BYTES), reader.blob(SIGNATURE_LIMIT)
         reader.finish()
-        return cls(party, LeaderShare(inputs, proof, blind, Parts(tests, witness)), helper_digest, signature)
+        share = LeaderShare(inputs, wire_seed, values, blind, Parts(tests, witness))
+        return cls(party, share, helper_digest, signature)
 
 
 @dataclass(frozen=True)
@@ -109,8 +113,8 @@ def leader_digest(share: LeaderShare) -> bytes:
     """SHA-256 of the aggregator's part, as the party signs it."""
     digest = hashlib.sha256(b"fedfair bounded v1 leader share\x00")
     digest.update(np.ascontiguousarray(share.inputs, dtype="<u8").data)
-    digest.update(np.ascontiguousarray(share.proof, dtype="<u8").data)
-    digest.update(share.blind + share.peer_parts.tests + share.peer_parts.witness)
+    digest.update(np.ascontiguousarray(share.values, dtype="<u8").data)
+    digest.update(share.wire_seed + share.blind + share.peer_parts.tests + share.peer_parts.witness)
     return digest.digest()
 
 
@@ -200,9 +204,3 @@ def _seed_key(context: BoundedContext, party: int, secret: bytes, ephemeral_publ
 
 def _associated_data(context: BoundedContext, party: int) -> bytes:
     return b"fedfair bounded v1 auditor seed\x00" + context.digest + _PARTY.pack(party)
-
-
-def _elements(data: bytes) -> np.ndarray:
-    if len(data) % field.ELEMENT_BYTES:
-        raise ProtocolError("malformed bounded upload: a vector is not a whole number of field elements")
-    return np.frombuffer(data, dtype="<u8").astype(np.uint64)

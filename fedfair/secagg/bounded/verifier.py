@@ -66,10 +66,10 @@ class VerifierMessage:
         """The message's canonical bytes: party, the received part's digest, four parts, then the share's elements."""
         elements = np.concatenate(
             [self.share.outputs, self.share.wire_values.reshape(-1), self.share.polynomial_values]
-        ).astype("<u8")
+        )
         parts = self.own_parts.tests + self.own_parts.witness
         parts += self.claimed_peer_parts.tests + self.claimed_peer_parts.witness
-        return _HEADER.pack(self.party) + self.received + parts + elements.tobytes()
+        return _HEADER.pack(self.party) + self.received + parts + field.to_wire(elements)
 
     def commitment(self) -> bytes:
         """SHA-256 of the message: sent before the message, so neither verifier can fit its message to the other's."""
@@ -85,11 +85,9 @@ class VerifierMessage:
         outputs, wires = layout.outputs, QUERIES * 2 * layout.chunk
         start = _HEADER.size + DIGEST_BYTES
         header = start + 4 * SEED_BYTES
-        if len(data) != header + (outputs + wires + QUERIES) * field.ELEMENT_BYTES:
+        if len(data) != header + field.wire_bytes(outputs + wires + QUERIES):
             raise ProtocolError(f"a verifier message of {len(data)} bytes does not match the round's layout")
-        elements = np.frombuffer(data, dtype="<u8", offset=header).astype(np.uint64)
-        if np.any(elements >= np.uint64(field.P)):
-            raise ProtocolError("a verifier message holds a value that is not a field element")
+        elements = field.from_wire(data[header:], "a verifier message")
         parts = [data[start + index * SEED_BYTES : start + (index + 1) * SEED_BYTES] for index in range(4)]
         share = flp.VerifierShare(
             elements[:outputs],
@@ -209,11 +207,11 @@ class Verifier:
         if party in self._pending or party in self.verdicts:
             raise ProtocolError(f"party {party} sent a second share this round")
         if isinstance(share, LeaderShare) and self.role is Role.LEADER:
-            inputs, proof = share.inputs, share.proof
-            if inputs.shape != (self.layout.input_length,) or proof.shape != (self.layout.proof_length,):
+            if not share.fits(self.layout):
                 raise ProtocolError(f"party {party}'s share does not match the round's layout")
-            if np.any(inputs >= np.uint64(field.P)) or np.any(proof >= np.uint64(field.P)):
+            if np.any(share.inputs >= np.uint64(field.P)) or np.any(share.values >= np.uint64(field.P)):
                 raise ProtocolError(f"party {party}'s share holds a value that is not a field element")
+            inputs, proof = share.inputs, share.proof(self.layout)
             dimension = self.layout.dimension
             own = Parts(
                 leader_part(share.blind, b"tests", inputs[:dimension]),

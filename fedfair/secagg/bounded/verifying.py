@@ -349,7 +349,7 @@ class RoundVerifier:
 def _check_shape(context: BoundedContext, upload: LeaderUpload) -> None:
     """Refuse, at upload, a share that the verifier's query could not take: it would stop the round at VERIFY."""
     layout, share = context.layout(upload.party), upload.share
-    if share.inputs.shape != (layout.input_length,) or share.proof.shape != (layout.proof_length,):
+    if not share.fits(layout):
         raise ProtocolError(f"party {upload.party}'s share does not match its layout (d and its bound)")
-    if np.any(share.inputs >= np.uint64(field.P)) or np.any(share.proof >= np.uint64(field.P)):
+    if np.any(share.inputs >= np.uint64(field.P)) or np.any(share.values >= np.uint64(field.P)):
         raise ProtocolError(f"party {upload.party}'s share holds a value that is not a field element")

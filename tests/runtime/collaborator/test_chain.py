@@ -170,3 +170,36 @@ def test_the_output_model_is_compared_slice_by_slice_to_the_last_value(
     output[-1] = np.nextafter(output[-1], np.float32(np.inf))
     with pytest.raises(VerificationError, match="NEXT_MODEL"):
         chain.evaluated(2, output, moved.c_average)
+
+
+def test_a_site_that_missed_rounds_catches_up_on_their_sums_and_takes_the_next_model(federation: Federation) -> None:
+    """Verified round 1, then away for rounds 2 (applied), 3 (void) and 4 (applied): round 5's model is checked once
+    the chain steps by the sums of rounds 2 and 4 (:mod:`~fedfair.runtime.collaborator.catch_up`), momentum included."""
+    chain, state = verified_chain(federation, 1)  # it took round 2's model, then left
+    words2, after2 = federation.round(state, 2)
+    words4, after4 = federation.round(after2, 4)
+    with pytest.raises(UncheckedModelError):
+        chain.sent(5, *sent(after4), None)
+    assert list(chain.missed(4)) == [2, 3, 4]
+    chain.caught_up(2, words2, NAMES, federation.encoder(2, words2.size))
+    assert list(chain.missed(4)) == [3, 4]  # round 3 kept nothing: void, so the chain goes on from round 2's step
+    chain.caught_up(4, words4, NAMES, federation.encoder(4, words4.size))
+    assert list(chain.missed(4)) == []
+    theta, c = sent(after4)
+    moved = theta.copy()
+    moved[0] = np.nextafter(moved[0], np.float32(np.inf))
+    with pytest.raises(VerificationError, match="NEXT_MODEL"):  # the step of a sum it caught up on binds as its own
+        chain.sent(5, moved, c, None)
+    chain.sent(5, theta, c, None)
+
+
+def test_a_site_that_verified_no_sum_yet_catches_up_from_the_initial_model(federation: Federation) -> None:
+    """Killed in round 1 before its check and restarted: no anchor, so it steps from the plan's initial model."""
+    chain = new_chain(federation)
+    words1, after1 = federation.round(federation.start, 1)
+    with pytest.raises(UncheckedModelError):
+        chain.sent(2, *sent(after1), None)
+    assert list(chain.missed(1)) == [1]
+    chain.caught_up(1, words1, NAMES, federation.encoder(1, words1.size))
+    chain.sent(2, *sent(after1), None)
+    assert list(ModelChain("site-b", federation.shared).missed(3)) == []  # no initial model of its own: nothing

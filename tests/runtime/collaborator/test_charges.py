@@ -9,15 +9,23 @@ from pathlib import Path
 import pytest
 
 from fedfair.cli import main as cli_main
+from fedfair.core.errors import PrivacyBudgetError
 from fedfair.privacy import distributed
 from fedfair.privacy.accounting import compute_epsilon
 from fedfair.privacy.ledger import Charge
-from fedfair.runtime.collaborator.charges import open_ledger
+from fedfair.runtime.collaborator.charges import Charges, open_ledger, open_site_accountant
 from fedfair.runtime.collaborator.config import CollaboratorConfig, load_collaborator_config
+from fedfair.runtime.collaborator.input_record import InputRecord
 from fedfair.runtime.local.workspace import make_workspace
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
+from tests.runtime.harness import new_workspace
 
 RELEASE = distributed.Release("skellam", 2e6, 40.0, 10.0, 0.05)
 DELTA = 1e-5
+ANSWER = distributed.Release("skellam", 1000.0, 40.0, 10.0)
+"""An evaluation answer of epsilon 0.90 alone at DELTA."""
+STEPS = distributed.gaussian_release(1.0, 0.01, 100)
+"""100 DP-SGD steps at sigma 1, q 0.01: epsilon 1.22 alone by RDP at DELTA."""
 
 
 @pytest.fixture
@@ -92,3 +100,35 @@ def test_the_ledger_command_shows_the_sites_own_dp_sgd_spend_too(
         f"DP-SGD on this data (local), epsilon {epsilon:.4g} at delta {config.privacy.delta:g} over 10 steps" in shown
     )
     assert "federation old: 2 rounds" in shown
+
+
+def test_a_named_datasets_ledger_composes_its_own_dp_sgd_steps(config: CollaboratorConfig) -> None:
+    """Red team 2 (F2): a site whose [data] names a dataset partition (what `make_workspace` and the built-in
+    launches write) had a ledger without its DP-SGD steps: 0.90 for the answer alone where the composition is 1.45,
+    and an answer that fits only without the steps admitted under a budget of 1."""
+    assert config.data.csv is None and config.data.dataset == "adult"
+    accountant, _ = open_site_accountant(config, "fed-one")
+    accountant.spend(1.0, 0.01, 100)
+    joint = distributed.epsilon([ANSWER, STEPS], DELTA)
+    assert distributed.epsilon([ANSWER], DELTA) < 1.0 < joint == pytest.approx(1.45, abs=0.01)
+    with pytest.raises(PrivacyBudgetError, match="DP-SGD"):
+        open_ledger(config).charge("fed-one", Charge("evaluate", 1, "m", ANSWER, DELTA), 1.0)
+    spent = open_ledger(config).charge("fed-one", Charge("evaluate", 1, "m", ANSWER, DELTA), 1e9)
+    assert spent == pytest.approx(joint, rel=1e-9)
+
+
+def test_the_ledger_holds_a_site_to_its_target_epsilon_when_it_sets_no_budget(tmp_path: Path) -> None:
+    """Red team 2 (F5): with target_epsilon = 1 and no budget_epsilon the site's budget is 1 ("with a target and no
+    budget the target is the budget"), not the plan's 10: two answers of 0.90 each (1.31 together) passed before."""
+    workspace = new_workspace(tmp_path, ["site-a", "site-b"], privacy={"mode": "local", "report_epsilon": 1.0})
+    path = workspace.configs["site-a"]
+    path.write_text(path.read_text() + "\n[privacy]\nenabled = true\ntarget_epsilon = 1.0\n")
+    config = load_collaborator_config(path)
+    plan = load_aggregator_plan(workspace.plan)
+    assert plan.privacy.budget == 10.0
+    record = InputRecord(tmp_path / "site-a.bindings.json", plan.federation_id, ledger=open_ledger(config))
+    charges = Charges(config, plan, record)
+    assert charges.budget == 1.0
+    record.charge(Charge("evaluate", 1, "m1", ANSWER, DELTA), charges.budget)
+    with pytest.raises(PrivacyBudgetError, match="past this institution.s budget of 1 for this data"):
+        record.charge(Charge("evaluate", 2, "m2", ANSWER, DELTA), charges.budget)

@@ -90,6 +90,30 @@ def test_a_table_is_its_rows_not_its_file(tmp_path: Path) -> None:
     assert data_identity(part) != data_identity(dataclasses.replace(part, index=2))
 
 
+def test_the_row_index_pandas_writes_by_default_is_not_part_of_the_table(tmp_path: Path) -> None:
+    """Red team 2's note: `to_csv` without index=False, the most common accidental re-export, writes the row numbers
+    as an unnamed first column, which made another table whose spend started at 0. An unnamed first column of the
+    integers 0..n-1 (in any order: shuffled rows carry their numbers) is now ignored; a named one, or numbers that
+    are not the rows', is data."""
+    table = _table()
+    table.to_csv(tmp_path / "a.csv", index=False)
+    table.to_csv(tmp_path / "indexed.csv")
+    table.sample(frac=1.0, random_state=3).to_csv(tmp_path / "shuffled.csv")
+    kept = [
+        data_identity(DataSettings(csv=tmp_path / name, label="income"))
+        for name in ("a.csv", "indexed.csv", "shuffled.csv")
+    ]
+    assert kept[0] == kept[1] == kept[2]
+    table.rename_axis("id").to_csv(tmp_path / "named.csv")
+    table.iloc[1:].to_csv(tmp_path / "a_row_less.csv")  # numbers 1..n-1: not this table's row numbers
+    table.iloc[1:].to_csv(tmp_path / "a_row_less_plain.csv", index=False)
+    named, gapped, plain = (
+        data_identity(DataSettings(csv=tmp_path / name, label="income"))
+        for name in ("named.csv", "a_row_less.csv", "a_row_less_plain.csv")
+    )
+    assert named != kept[0] and gapped != plain
+
+
 def test_the_ledger_continues_after_mv_cp_and_a_re_export(site: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _charge(site, 1)
     before = _shown(site, capsys)

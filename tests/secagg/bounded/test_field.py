@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from fedfair.core.errors import ProtocolError
 from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded.field import P
 
@@ -90,12 +91,32 @@ def test_inverse_of_zero_is_refused() -> None:
         field.inverse(P)
 
 
+@pytest.mark.parametrize("count", [0, 1, 7, 8, 9, 64, 1001])
+def test_wire_packing_takes_61_bits_an_element_and_round_trips(count: int) -> None:
+    elements = np.concatenate([_random(count, count), np.array(EDGES, dtype=np.uint64)])[:count]
+    data = field.to_wire(elements)
+    assert len(data) == (61 * count + 7) // 8 == field.wire_bytes(count)
+    assert np.array_equal(field.from_wire(data, "a test vector"), elements)
+
+
+def test_wire_packing_refuses_p_spare_bits_and_lengths_no_count_packs_to() -> None:
+    with pytest.raises(ProtocolError, match="a test vector holds a value that is not a field element"):
+        field.from_wire(field.to_wire(np.array([3, P, 5], dtype=np.uint64)), "a test vector")
+    one = bytearray(field.to_wire(np.array([P - 1], dtype=np.uint64)))  # 61 bits in 8 bytes: 3 spare
+    one[-1] |= 0x80
+    with pytest.raises(ProtocolError, match="spare bits"):
+        field.from_wire(bytes(one), "a test vector")
+    with pytest.raises(ProtocolError, match="not a whole number of 61-bit elements"):
+        field.from_wire(bytes(9), "a test vector")  # 8 bytes hold one element, 16 two: 9 holds no count
+
+
 KNOWN_FIRST_TWO = [865303029794702576, 2144688575830815303]
 """The first two elements of seed 32 x "k", purpose "purpose" (AES-256-CTR under SHA-256 of the label)."""
 
 
 COMPILED_IN_A_ROUND = """
 from numba.core.dispatcher import Dispatcher
+from fedfair.core.errors import ProtocolError
 from fedfair.secagg.bounded import field
 from tests.secagg.bounded.roundkit import simulated
 from tests.secagg.bounded.test_round import WEIGHTS, at_bound

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -123,10 +124,10 @@ def test_a_proof_that_understates_the_norm_fails_the_gadget_identity() -> None:
         return bits
 
     leader, helper = make_report(layout, field.from_signed(x), witness=zero_slack)
-    proof = leader.proof.copy()
-    first_call = 2 * QUERIES * layout.chunk + QUERIES  # p at the first call's point, which the norm equation sums
-    proof[first_call] = (int(proof[first_call]) - excess) % field.P
-    verdict = verify(layout, LeaderShare(leader.inputs, proof, leader.blind, leader.peer_parts), helper)
+    values = leader.values.copy()
+    first_call = QUERIES  # p at the first call's point, which the norm equation sums
+    values[first_call] = (int(values[first_call]) - excess) % field.P
+    verdict = verify(layout, dataclasses.replace(leader, values=values), helper)
     assert verdict.reasons and all(reason.startswith("gadget") for reason in verdict.reasons)
 
 
@@ -135,18 +136,19 @@ def test_a_tampered_share_is_rejected(where: str) -> None:
     layout = Layout(100, squared_bound(1.0, 1.0, 10))
     x = np.round(vector_at(2**10, 100, 7) * 0.9).astype(np.int64)
     leader, helper = make_report(layout, field.from_signed(x))
-    inputs, proof, blind, parts = leader.inputs.copy(), leader.proof.copy(), leader.blind, leader.peer_parts
+    inputs, values = leader.inputs.copy(), leader.values.copy()
+    wire_seed, blind, parts = leader.wire_seed, leader.blind, leader.peer_parts
     if where == "input":
         inputs[3] = (int(inputs[3]) + 1) % field.P
     elif where == "proof seed":
-        proof[0] = (int(proof[0]) + 1) % field.P
+        wire_seed = bytes([wire_seed[0] ^ 1]) + wire_seed[1:]
     elif where == "proof value":
-        proof[-1] = (int(proof[-1]) + 1) % field.P
+        values[-1] = (int(values[-1]) + 1) % field.P
     elif where == "blind":
         blind = bytes(32)
     else:
         parts = Parts(parts.tests, bytes(32))
-    assert not verify(layout, LeaderShare(inputs, proof, blind, parts), helper).accepted
+    assert not verify(layout, LeaderShare(inputs, wire_seed, values, blind, parts), helper).accepted
 
 
 def test_one_share_alone_is_uniform_whatever_the_input() -> None:

@@ -80,8 +80,8 @@ def test_a_signed_share_of_the_wrong_shape_is_refused_at_upload_not_at_verify() 
     with pytest.raises(ProtocolError, match="does not match its layout"):
         game.leader.receive_upload(dataclasses.replace(short, signature=signature))
     layout = game.context.layout(0)
-    inputs, proof = np.full(layout.input_length, field.P, np.uint64), np.zeros(layout.proof_length, np.uint64)
-    outside = LeaderShare(inputs, proof, short.share.blind, short.share.peer_parts)
+    inputs, values = np.full(layout.input_length, field.P, np.uint64), np.zeros(layout.polynomial_values, np.uint64)
+    outside = LeaderShare(inputs, short.share.wire_seed, values, short.share.blind, short.share.peer_parts)
     signature = identity.sign(
         game.site_keys[0], statement(game.context, 0, leader_digest(outside), short.helper_digest)
     )

@@ -8,7 +8,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import ProtocolError
 from fedfair.secagg.bounded import field, flp
-from fedfair.secagg.bounded.layout import Layout, squared_bound
+from fedfair.secagg.bounded.layout import QUERIES, Layout, squared_bound
 from fedfair.secagg.bounded.shares import make_report
 from fedfair.secagg.bounded.verifier import Evidence, Role, Verifier, VerifierMessage, check_evidence, sign
 
@@ -29,8 +29,11 @@ def test_a_message_survives_its_bytes() -> None:
     assert again.to_bytes() == data and again.party == 5
     with pytest.raises(ProtocolError, match="does not match"):
         VerifierMessage.from_bytes(LAYOUT, data[:-1])
+    elements = LAYOUT.outputs + QUERIES * (2 * LAYOUT.chunk + 1)
+    header = len(data) - field.wire_bytes(elements)
+    at_p = np.full(elements, field.P, dtype=np.uint64)
     with pytest.raises(ProtocolError, match="not a field element"):
-        VerifierMessage.from_bytes(LAYOUT, data[:-8] + b"\xff" * 8)
+        VerifierMessage.from_bytes(LAYOUT, data[:header] + field.to_wire(at_p))
 
 
 def test_evidence_is_checked_by_signature_and_decided_by_anyone() -> None:

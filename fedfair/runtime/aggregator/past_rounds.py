@@ -1,0 +1,102 @@
+"""The public inputs of the last applied training rounds: what lets a site that missed one catch up (issue 98).
+
+Every input a stage of a masked training round sends all its parties alike (parameters, key directory, masking
+and survivor sets, unmask request, claim, tag set) is written into the output folder as the stage opens; a per-party
+input (the share bundles) never is. Once the round applies its folder is kept, an aborted round's removed, and a
+site fetches a kept input with the past round's binding (:mod:`fedfair.runtime.collaborator.catch_up`). Bounded: a
+round every collaborator of the plan verified (or passed) is removed, and at most :data:`KEPT_ROUNDS` are kept.
+docs/security.md, "Verified aggregation" (a site that missed a round).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Collection, Mapping
+from pathlib import Path
+
+from fedfair.runtime.output_folder import PAST_ROUNDS_NAME
+from fedfair.runtime.transport import pb
+
+KEPT_ROUNDS = 8
+"""The most applied rounds whose inputs are kept for a site that missed them (the newest)."""
+
+_OPEN = ".open"
+"""The suffix of the folder of the round under way: it becomes a kept round's once that round applies."""
+
+
+class PastRounds:
+    """The kept inputs of applied training rounds, in ``OUTPUT/past-rounds/ROUND/STEP`` (None: none kept)."""
+
+    def __init__(self, output: Path | None) -> None:
+        self._folder = None if output is None else output / PAST_ROUNDS_NAME
+        self._lock = threading.Lock()
+        self._verified: dict[str, int] = {}
+        """The last round each collaborator verified, as this process saw it."""
+
+    def opened(self, binding: pb.Binding, inputs: bytes | Mapping[str, bytes]) -> None:
+        """Keep the input every party of training stage `binding` was sent alike (a per-party one is not kept).
+
+        The round's first stage starts its folder afresh: what an aggregator that died mid-round wrote is gone, and
+        so is a kept round of that number (one that applied before the checkpoint was written), which would
+        otherwise be served in place of the stages now open.
+        """
+        folder = self._folder
+        if folder is None or not isinstance(inputs, bytes) or binding.stage != pb.STAGE_TRAIN or not binding.step:
+            return
+        round_folder = folder / f"{binding.round}{_OPEN}"
+        with self._lock:
+            if binding.step == 1:
+                shutil.rmtree(round_folder, ignore_errors=True)
+                shutil.rmtree(folder / str(binding.round), ignore_errors=True)
+            round_folder.mkdir(parents=True, exist_ok=True)
+            written = round_folder / f"{binding.step}.part"
+            written.write_bytes(inputs)
+            os.replace(written, round_folder / str(binding.step))  # a repeated stage's last input stands
+
+    def ended(self, round_number: int, applied: bool, verified_by: Collection[str], roster: Collection[str]) -> None:
+        """Round `round_number` applied (keep its inputs) or not (remove them); `verified_by` sent their verdicts.
+
+        Removes every kept round each of `roster` verified or passed, and all but the newest :data:`KEPT_ROUNDS`.
+        """
+        folder = self._folder
+        if folder is None:
+            return
+        with self._lock:
+            round_folder = folder / f"{round_number}{_OPEN}"
+            if not applied:
+                shutil.rmtree(round_folder, ignore_errors=True)
+                return
+            for name in verified_by:
+                self._verified[name] = max(self._verified.get(name, 0), round_number)
+            if round_folder.is_dir():
+                kept = folder / str(round_number)
+                shutil.rmtree(kept, ignore_errors=True)  # a resumed run's round run again
+                os.replace(round_folder, kept)
+            if not folder.is_dir():  # no stage of this kind's rounds was kept (the aggregator keeps the default's)
+                return
+            caught_up = min((self._verified.get(name, 0) for name in roster), default=0)
+            rounds = sorted((int(path.name) for path in folder.iterdir() if path.name.isdigit()), reverse=True)
+            for number in rounds[KEPT_ROUNDS:] + [number for number in rounds if number <= caught_up]:
+                shutil.rmtree(folder / str(number), ignore_errors=True)
+
+    def input(self, binding: pb.Binding) -> bytes | None:
+        """The kept input of training stage `binding` of an applied round (None: no such round or stage kept)."""
+        folder = self._folder
+        if folder is None or binding.stage != pb.STAGE_TRAIN or not binding.step:
+            return None
+        path = folder / str(binding.round) / str(binding.step)
+        with self._lock:
+            try:
+                return path.read_bytes()
+            except FileNotFoundError:
+                return None
+
+    def kept(self) -> list[int]:
+        """The applied rounds whose inputs are kept, oldest first."""
+        folder = self._folder
+        if folder is None or not folder.is_dir():
+            return []
+        with self._lock:
+            return sorted(int(path.name) for path in folder.iterdir() if path.name.isdigit())

@@ -1,0 +1,84 @@
+"""What the aggregator keeps of applied training rounds for a site that missed one (issue 98)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fedfair.runtime.aggregator.past_rounds import KEPT_ROUNDS, PastRounds
+from fedfair.runtime.transport import pb
+
+ROSTER = ("site-a", "site-b", "site-c")
+
+
+def binding(round_number: int, step: int, stage: pb.Stage = pb.STAGE_TRAIN) -> pb.Binding:
+    return pb.Binding(federation_id="f", round=round_number, stage=stage, step=step)
+
+
+def run_round(kept: PastRounds, round_number: int, applied: bool = True, verified_by: tuple[str, ...] = ()) -> None:
+    """A round's stages open with their inputs: shared ones at steps 1 and 6, a per-party one at step 3."""
+    kept.opened(binding(round_number, 1), b"parameters %d" % round_number)
+    kept.opened(binding(round_number, 3), {"site-a": b"bundle for site-a"})
+    kept.opened(binding(round_number, 6), b"claim %d" % round_number)
+    kept.opened(binding(round_number, 1, pb.STAGE_EVALUATE), b"an evaluation's")
+    kept.ended(round_number, applied, verified_by, ROSTER)
+
+
+def test_an_applied_rounds_shared_inputs_are_served_and_nothing_else(tmp_path: Path) -> None:
+    kept = PastRounds(tmp_path)
+    kept.opened(binding(1, 1), b"parameters 1")
+    assert kept.input(binding(1, 1)) is None  # under way: not served until it applies
+    kept.opened(binding(1, 6), b"claim 1")
+    kept.opened(binding(1, 6), b"claim 1, the stage re-opened")  # a repeated stage's last input stands
+    kept.ended(1, True, ("site-a",), ROSTER)
+    assert kept.input(binding(1, 1)) == b"parameters 1"
+    assert kept.input(binding(1, 6)) == b"claim 1, the stage re-opened"
+    run_round(kept, 2)
+    assert kept.input(binding(2, 3)) is None  # addressed to one party: never kept
+    assert kept.input(binding(2, 1, pb.STAGE_EVALUATE)) is None
+    assert kept.input(binding(2, 0)) is None
+    assert kept.kept() == [1, 2]
+
+
+def test_an_aborted_round_is_not_kept(tmp_path: Path) -> None:
+    kept = PastRounds(tmp_path)
+    run_round(kept, 1, applied=False)
+    assert kept.kept() == [] and kept.input(binding(1, 1)) is None
+    assert not any((tmp_path / "past-rounds").iterdir())
+
+
+def test_a_round_every_site_verified_or_passed_is_removed(tmp_path: Path) -> None:
+    kept = PastRounds(tmp_path)
+    run_round(kept, 1, verified_by=("site-a", "site-b"))
+    run_round(kept, 2, verified_by=("site-a", "site-b"))
+    assert kept.kept() == [1, 2]  # site-c verified neither
+    run_round(kept, 3, verified_by=("site-a", "site-c"))
+    assert kept.kept() == [3]  # site-b verified round 2, site-c round 3: every site holds rounds 1 and 2
+    run_round(kept, 4, verified_by=ROSTER)
+    assert kept.kept() == []
+
+
+def test_at_most_the_newest_rounds_are_kept(tmp_path: Path) -> None:
+    kept = PastRounds(tmp_path)
+    for round_number in range(1, KEPT_ROUNDS + 4):
+        run_round(kept, round_number, verified_by=("site-a",))
+    assert kept.kept() == list(range(4, KEPT_ROUNDS + 4))
+
+
+def test_a_round_run_again_starts_afresh(tmp_path: Path) -> None:
+    """A resumed aggregator re-runs the round it died in: what that round's first attempt wrote is gone."""
+    kept = PastRounds(tmp_path)
+    kept.opened(binding(1, 1), b"first attempt")
+    kept.opened(binding(1, 6), b"first attempt's claim")
+    kept.opened(binding(1, 1), b"second attempt")
+    kept.ended(1, True, (), ROSTER)
+    assert kept.input(binding(1, 1)) == b"second attempt" and kept.input(binding(1, 6)) is None
+    # Applied, then the aggregator died before its checkpoint: the round runs again, and its kept inputs are not
+    # served in place of the stages now open.
+    kept.opened(binding(1, 1), b"third attempt")
+    assert kept.input(binding(1, 1)) is None and kept.kept() == []
+
+
+def test_without_a_folder_nothing_is_kept(tmp_path: Path) -> None:
+    kept = PastRounds(None)
+    run_round(kept, 1)
+    assert kept.kept() == [] and kept.input(binding(1, 1)) is None
