@@ -13,6 +13,7 @@ Why: docs/security.md, "Verified aggregation".
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import zipfile
@@ -182,24 +183,30 @@ def _sync_folder(folder: Path) -> None:
 
 
 def _manifest(anchor: Anchor, files: dict[str, str]) -> dict[str, np.ndarray | Sliced]:
-    """The anchor file's members: its round and verdict, and per state its scalars, tensors and file."""
-    arrays: dict[str, np.ndarray | Sliced] = {
-        "format": np.array(FORMAT),
-        "version": np.array(VERSION, dtype=np.int64),
-        "round": np.array(anchor.round, dtype=np.int64),
-        "verified": np.array(anchor.verified),
-        "void": np.array(anchor.void),
-    }
+    """The anchor file's members: its format and version, and (:data:`_SUMMARY`) all else in one.
+
+    Its round and verdict, and per state its scalars, tensors and file: one JSON member where a member a value
+    (versions 1 and 2) cost about 5 ms a write at 21 of them, a tenth of a site's step at d = 10^6.
+    """
+    summary: dict[str, object] = {"round": anchor.round, "verified": anchor.verified, "void": anchor.void}
     for prefix, state in (("state", anchor.state), ("next", anchor.next)):
         if state is None:
             continue
-        arrays[f"{prefix}.fields"] = np.array(list(state.fields))
-        arrays[f"{prefix}.stored"] = np.array(_stored(state))
-        arrays[f"{prefix}.dimension"] = np.array(state.dimension, dtype=np.int64)
-        arrays[f"{prefix}.file"] = np.array(files[prefix])
+        summary[f"{prefix}.fields"] = list(state.fields)
+        summary[f"{prefix}.stored"] = _stored(state)
+        summary[f"{prefix}.dimension"] = state.dimension
+        summary[f"{prefix}.file"] = files[prefix]
         for name in _SCALARS:
-            arrays[f"{prefix}.{name}"] = np.array(getattr(state, name))
-    return arrays
+            summary[f"{prefix}.{name}"] = getattr(state, name)
+    return {
+        "format": np.array(FORMAT),
+        "version": np.array(VERSION, dtype=np.int64),
+        _SUMMARY: np.array(json.dumps(summary)),
+    }
+
+
+_SUMMARY = "anchor"
+"""Version 3's member holding every value but the format and version, as JSON (floats kept exactly: repr)."""
 
 
 Values = Callable[[str, int, bool], Iterator[np.ndarray]]
@@ -213,12 +220,14 @@ def _read(path: Path, folder: Path | None) -> tuple[Anchor, tuple[str | None, st
             if str(arrays["format"]) != FORMAT or int(arrays["version"]) not in VERSIONS:
                 raise ValueError(f"not a {FORMAT} file of version {' or '.join(map(str, VERSIONS))}")
             scalars = {name: arrays[name] for name in arrays.files if not _is_tensor(name)}
+        if _SUMMARY in scalars:
+            scalars = {name: np.array(value) for name, value in json.loads(str(scalars[_SUMMARY])).items()}
         round_number, verified, void = int(scalars["round"]), bool(scalars["verified"]), str(scalars["void"])
         kept = [
             _kept(path, scalars, prefix, folder) if f"{prefix}.fields" in scalars else (None, None)
             for prefix in ("state", "next")
         ]
-    except (KeyError, zipfile.BadZipFile) as error:
+    except (KeyError, zipfile.BadZipFile, json.JSONDecodeError) as error:
         raise ValueError(f"an anchor without {error}") from None
     (state, state_file), (after, after_file) = kept
     if state is None or round_number < 1 or (after is not None and not verified):
@@ -228,7 +237,7 @@ def _read(path: Path, folder: Path | None) -> tuple[Anchor, tuple[str | None, st
 
 def _is_tensor(name: str) -> bool:
     prefix, _, field = name.partition(".")
-    return prefix in ("state", "next") and field not in (*_SCALARS, "fields", "stored", "dimension", "file")
+    return prefix in ("state", "next") and field not in (*_SCALARS, "fields")
 
 
 def _kept(path: Path, scalars: dict[str, np.ndarray], prefix: str, folder: Path | None) -> tuple[HeldState, str | None]:
