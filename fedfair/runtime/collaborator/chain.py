@@ -327,14 +327,15 @@ class ModelChain:
         """Round 1's state: the server's initial one made of this site's own build of the plan's initial model."""
         if self._initial is None:
             self._unchecked(round_number, "it has no initial model of its own to check the model against")
-        theta = self._initial().detach().to("cpu", torch.float64).numpy()
+        built = self._initial().detach().to("cpu")
         algorithm = self._shared.algorithm()
-        in_file = held_in_file(theta.size, tensors_of(algorithm))
+        in_file = held_in_file(built.numel(), tensors_of(algorithm))
+        # Widened to float64 a piece at a time (server_init's own copy): a state in a file never has a float64 copy of
+        # the model whole (80 MB at d = 10^7, beside the float32 build, in each site at once as round 1 starts).
         pieces = (
-            (start, stop, algorithm.server_init(torch.from_numpy(theta[start:stop])))
-            for start, stop in spans(theta.size, in_file)
+            (start, stop, algorithm.server_init(built[start:stop])) for start, stop in spans(built.numel(), in_file)
         )
-        return keep(pieces, theta.size, in_file, self._folder)
+        return keep(pieces, built.numel(), in_file, self._folder)
 
     def _matches(self, state: HeldState, theta: np.ndarray, c: float, control: np.ndarray | None) -> bool:
         """Whether (theta, c, control) is, bit for bit, what the aggregator sends of `state` (contract's downloads)."""
