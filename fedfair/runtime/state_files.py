@@ -11,6 +11,7 @@ process finds nothing it could take for a state (the aggregator resumes from its
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 import weakref
@@ -208,14 +209,23 @@ class InFile(HeldState):
             raise OSError(error.errno, error.strerror, self._folder) from error
 
     def copy_field(self, field: str, file: int, offset: int) -> int:
-        """Copied file to file by the system (``copy_file_range``): no byte passes through this process."""
-        count = _ITEM * (self.dimension + 1 if field in _WITH_C else self.dimension)
-        source, done = self._offsets[field], 0
-        while done < count:
-            copied = os.copy_file_range(self._file, file, count - done, source + done, offset + done)
-            if copied == 0:
-                raise OSError(f"a server state's file ended {source + done} bytes in; it was cut short")
-            done += copied
+        """Copied file to file by the system (``copy_file_range``): no byte passes through this process.
+
+        Where the system cannot (another file system, an old kernel), read and written a piece at a time.
+        """
+        length = self.dimension + 1 if field in _WITH_C else self.dimension
+        source, done, count = self._offsets[field], 0, _ITEM * length
+        try:
+            while done < count:
+                copied = os.copy_file_range(self._file, file, count - done, source + done, offset + done)
+                if copied == 0:
+                    raise OSError(f"a server state's file ended {source + done} bytes in; it was cut short")
+                done += copied
+        except OSError as error:
+            if error.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL) or done:
+                raise
+            for start, stop in self.spans(length):
+                _write(file, self.values(field, start, stop), offset + _ITEM * start)
         return count
 
     def _with_c(self, values: np.ndarray, start: int, stop: int) -> list[tuple[np.ndarray, int]]:

@@ -164,12 +164,14 @@ def _write_state(anchor_path: Path, state: HeldState) -> str:
         for field in _stored(state):
             offset += state.copy_field(field, handle, offset)
         os.fsync(handle)
-    except OSError as error:
-        os.close(handle)
+    except BaseException as error:
         os.unlink(name)
-        # Whoever reads the error must learn which disk filled (or failed), not only that one did.
-        raise OSError(error.errno, error.strerror, str(anchor_path)) from error
-    os.close(handle)
+        if isinstance(error, OSError):
+            # Whoever reads the error must learn which disk filled (or failed), not only that one did.
+            raise OSError(error.errno, error.strerror, str(anchor_path)) from error
+        raise
+    finally:
+        os.close(handle)
     return os.path.basename(name)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -278,6 +279,27 @@ def test_each_state_is_written_once_and_a_restart_takes_up_its_file(federation: 
     (taken,) = set(after_2) & set(after_3)
     assert after_2[taken] == after_3[taken] and taken != kept and chain.path is not None
     assert sorted(path.name for path in tmp_path.iterdir() if path.suffix != ".state") == [chain.path.name]
+
+
+def test_a_state_in_a_file_is_copied_by_pieces_where_the_system_cannot_copy_it(
+    federation: Federation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(state_files, "IN_FILE_FROM", 0)
+    monkeypatch.setattr(state_files, "PIECE", 8)
+
+    def cannot(*_: object) -> int:
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))  # another file system, as the kernel may refuse
+
+    monkeypatch.setattr(os, "copy_file_range", cannot)
+    chain = federation.chain(tmp_path)
+    two_rounds(federation, chain)
+    chain.verified(2, federation.summed(2), NAMES, federation.encoder(2))
+    assert chain.path is not None and chain.anchor is not None and chain.anchor.next is not None
+    kept = read_anchor(chain.path, tmp_path).next
+    assert kept is not None and kept.in_file and chain.anchor.next.in_file
+    for field in kept.fields:
+        length = kept.dimension + (field in ("control", "velocity"))
+        assert np.array_equal(kept.values(field, 0, length), chain.anchor.next.values(field, 0, length)), field
 
 
 def test_a_crash_before_the_anchor_is_replaced_leaves_the_old_one_whole(
