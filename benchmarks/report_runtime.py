@@ -517,7 +517,8 @@ def round_compare(name: str, document: Mapping[str, Any]) -> Section:
         "Each step's CPU on its own thread, the median call (training sums only). A stage's step is the client's "
         "(`Client.advertise` to `Client.verify`); `chain: model sent` is the site checking the model it is sent "
         "against its chain, `chain: sum verified` the site taking the verified sum: decoding it, holding it to the "
-        "plan's bounds, the server step, and the anchor written and synced to disk before its verdict leaves:",
+        "plan's bounds, the server step, and the anchor kept on disk before its verdict leaves (`chain: anchor "
+        "kept`, part of it: the one new state written and synced, and the anchor naming it):",
         "",
     ]
     culprits = [line for row in results for line in ("", largest_extra(row))]

@@ -11,6 +11,7 @@ process finds nothing it could take for a state (the aggregator resumes from its
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 import weakref
@@ -92,6 +93,14 @@ class HeldState(ABC):
     def piece(self, start: int, stop: int) -> ServerState:
         """The state restricted to theta's coordinates [start, stop), one of :meth:`spans`: tensors of its own."""
 
+    @abstractmethod
+    def copy_field(self, field: str, file: int, offset: int) -> int:
+        """Write the tensor `field`'s values, float64, into `file` from byte `offset` on; the bytes written.
+
+        Raises:
+            OSError: the write failed (a full disk: ENOSPC), as the system raised it.
+        """
+
 
 class InMemory(HeldState):
     """A state held whole: its one piece is the state itself."""
@@ -110,6 +119,12 @@ class InMemory(HeldState):
         if (start, stop) != (0, self.dimension):
             raise ValueError(f"a state in memory has one piece, [0, {self.dimension}), not [{start}, {stop})")
         return self.state
+
+    def copy_field(self, field: str, file: int, offset: int) -> int:
+        """Written from the tensor's own memory: no copy in this process."""
+        values = np.ascontiguousarray(getattr(self.state, field).numpy(), dtype=np.float64)
+        _write(file, values, offset)
+        return values.nbytes
 
 
 class InFile(HeldState):
@@ -192,6 +207,26 @@ class InFile(HeldState):
             _write(self._file, np.ascontiguousarray(values, dtype=np.float64), self._offsets[field] + _ITEM * start)
         except OSError as error:
             raise OSError(error.errno, error.strerror, self._folder) from error
+
+    def copy_field(self, field: str, file: int, offset: int) -> int:
+        """Copied file to file by the system (``copy_file_range``): no byte passes through this process.
+
+        Where the system cannot (another file system, an old kernel), read and written a piece at a time.
+        """
+        length = self.dimension + 1 if field in _WITH_C else self.dimension
+        source, done, count = self._offsets[field], 0, _ITEM * length
+        try:
+            while done < count:
+                copied = os.copy_file_range(self._file, file, count - done, source + done, offset + done)
+                if copied == 0:
+                    raise OSError(f"a server state's file ended {source + done} bytes in; it was cut short")
+                done += copied
+        except OSError as error:
+            if error.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL) or done:
+                raise
+            for start, stop in self.spans(length):
+                _write(file, self.values(field, start, stop), offset + _ITEM * start)
+        return count
 
     def _with_c(self, values: np.ndarray, start: int, stop: int) -> list[tuple[np.ndarray, int]]:
         """A piece's [coordinates, c] values, as the parts of them the file holds together, each with its index."""

@@ -23,7 +23,7 @@ import torch
 from fedfair.core.errors import AggregateError, UncheckedModelError, VerificationError, VerifyReason
 from fedfair.core.server import Aggregate, ServerState
 from fedfair.core.sum_bounds import DecodedSum, encoding_breach, influence_breach
-from fedfair.runtime.collaborator.chain_record import CHAIN_SUFFIX, Anchor, read_anchor, write_anchor
+from fedfair.runtime.collaborator.chain_record import CHAIN_SUFFIX, Anchor, AnchorRecord
 from fedfair.runtime.contract import model_download
 from fedfair.runtime.memory import release_freed
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
@@ -57,6 +57,10 @@ class ModelChain:
         self._initial = initial
         self._anchor: Anchor | None = None
         """The state whose model was sent for training round `anchor.round`, and what its verified sum makes."""
+        self._record = (
+            None if folder is None else AnchorRecord(folder / f"{name}.{shared.federation_id}.{CHAIN_SUFFIX}")
+        )
+        """The anchor kept on disk and the state files it names (None: nothing kept across restarts)."""
         self._loaded = folder is None
         """Whether the anchor kept on disk was read (once, at the first model)."""
         self.unchecked_from: int | None = None
@@ -81,9 +85,7 @@ class ModelChain:
     @property
     def path(self) -> Path | None:
         """Where the anchor is kept across restarts (beside the config), or None."""
-        if self._folder is None:
-            return None
-        return self._folder / f"{self._name}.{self._shared.federation_id}.{CHAIN_SUFFIX}"
+        return None if self._record is None else self._record.path
 
     def sent(self, round_number: int, theta: np.ndarray, c: float, control: np.ndarray | None) -> None:
         """Check the model (theta, c, sigma) sent for training round `round_number` before anything trains on it.
@@ -293,25 +295,24 @@ class ModelChain:
         """The anchor: in memory, or (the first time, after a restart) as kept on disk."""
         if not self._loaded:
             self._loaded = True
-            path = self.path
-            if path is not None and path.exists():
+            record = self._record
+            if record is not None and record.path.exists():
                 try:
-                    self._anchor = read_anchor(path, self._folder)
+                    self._anchor = record.read(self._folder)
                 except (OSError, ValueError) as error:
                     logger.warning(
                         "%s: the model chain's record %s is unreadable (%s); this site checks no model until it "
                         "is sent round 1's again, so it sits out the rounds it cannot check",
                         self._name,
-                        path,
+                        record.path,
                         error,
                     )
         return self._anchor
 
     def _take(self, anchor: Anchor, *, keep: bool = False) -> None:
         """Hold `anchor`; with `keep`, keep it on disk first (a verified sum: what a restart must not lose)."""
-        path = self.path
-        if keep and path is not None:
-            write_anchor(path, anchor)
+        if keep and self._record is not None:
+            self._record.write(anchor)
         self._anchor = anchor
 
     def _unchecked(self, round_number: int, why: str) -> NoReturn:
@@ -360,14 +361,15 @@ class ModelChain:
         """Round 1's state: the server's initial one made of this site's own build of the plan's initial model."""
         if self._initial is None:
             self._unchecked(round_number, "it has no initial model of its own to check the model against")
-        theta = self._initial().detach().to("cpu", torch.float64).numpy()
+        built = self._initial().detach().to("cpu")
         algorithm = self._shared.algorithm()
-        in_file = held_in_file(theta.size, tensors_of(algorithm))
+        in_file = held_in_file(built.numel(), tensors_of(algorithm))
+        # Widened to float64 a piece at a time (server_init's own copy): a state in a file never has a float64 copy of
+        # the model whole (80 MB at d = 10^7, beside the float32 build, in each site at once as round 1 starts).
         pieces = (
-            (start, stop, algorithm.server_init(torch.from_numpy(theta[start:stop])))
-            for start, stop in spans(theta.size, in_file)
+            (start, stop, algorithm.server_init(built[start:stop])) for start, stop in spans(built.numel(), in_file)
         )
-        return keep(pieces, theta.size, in_file, self._folder)
+        return keep(pieces, built.numel(), in_file, self._folder)
 
     def _matches(self, state: HeldState, theta: np.ndarray, c: float, control: np.ndarray | None) -> bool:
         """Whether (theta, c, control) is, bit for bit, what the aggregator sends of `state` (contract's downloads)."""

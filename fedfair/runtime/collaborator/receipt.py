@@ -109,19 +109,47 @@ def bundle_mismatch(bundle: Bundle, expected: Expectation, output: ServedModel[n
     return model_difference(bundle, expected, output)
 
 
+def _output_tensors(expected: Expectation, theta: np.ndarray) -> dict[str, torch.Tensor]:
+    """The state dict of the plan's model holding `theta` (ValueError: it does not fit the model's parameters).
+
+    A built-in model without buffers is built on the meta device, for its tensors' names, shapes and dtypes only,
+    and each parameter is `theta`'s slice narrowed as :func:`~fedfair.core.models.load_flat_parameters` narrows it:
+    at the end of a federation every site holds the bundle beside its output model, and a second model's worth of
+    parameters per site was the run's peak (d = 10^7, three sites as threads). Any other model is built as the
+    aggregator builds it, its buffers being its build's, and `theta` loaded into it.
+    """
+    if expected.model.factory is None:
+        with torch.device("meta"):
+            layout = expected.model.build(expected.seed)
+        if not any(True for _ in layout.buffers()):
+            place: dict[int, tuple[int, int]] = {}
+            offset = 0
+            for parameter in layout.parameters():
+                place[id(parameter)] = (offset, parameter.numel())
+                offset += parameter.numel()
+            if offset != theta.size:
+                raise ValueError(f"parameter vector has {theta.size} entries but the model has {offset}")
+            tensors: dict[str, torch.Tensor] = {}
+            for name, parameter in layout.state_dict(keep_vars=True).items():
+                start, count = place[id(parameter)]
+                tensors[name] = torch.from_numpy(theta[start : start + count]).view(parameter.shape).to(parameter.dtype)
+            return tensors
+    model = expected.model.build(expected.seed, allowed=expected.factories)
+    with torch.no_grad():
+        load_flat_parameters(model, torch.from_numpy(theta))
+    return model.state_dict()
+
+
 def model_difference(bundle: Bundle, expected: Expectation, output: ServedModel[np.ndarray]) -> str | None:
     """How the bundle's weights and threshold differ from `output` laid out in the plan's model, or None if equal.
 
     The aggregator builds the plan's model from its seed and copies theta-bar (float64) into its parameters;
     the same build and copy here give the same tensors bit for bit, so any difference is a different model.
     """
-    model = expected.model.build(expected.seed, allowed=expected.factories)
     try:
-        with torch.no_grad():
-            load_flat_parameters(model, torch.from_numpy(output.theta))
+        wanted = _output_tensors(expected, output.theta)
     except ValueError as error:
         return f"model: the output model this collaborator was sent does not fit the plan's model ({error})"
-    wanted = model.state_dict()
     if set(bundle.state_dict) != set(wanted):
         extra, missing = sorted(set(bundle.state_dict) - set(wanted)), sorted(set(wanted) - set(bundle.state_dict))
         return f"model: the bundle's weights name tensors {extra} the plan's model lacks and lack {missing}"

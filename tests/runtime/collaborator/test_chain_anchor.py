@@ -4,6 +4,9 @@ model the site cannot check is sat out, and a verified sum outside the aggregato
 from __future__ import annotations
 
 import dataclasses
+import errno
+import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -235,24 +238,112 @@ def test_an_anchor_in_a_file_reads_back_bit_for_bit(
     assert np.array_equal(anchor.state.values("theta", 0, 8), state.theta.numpy()[:8])
 
 
-@pytest.mark.parametrize("in_file", [False, True])
-def test_an_average_that_is_theta_is_written_once_and_read_back_as_theta(
-    federation: Federation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_file: bool
-) -> None:
-    if in_file:
+def state_files_of(chain: ModelChain) -> dict[str, tuple[int, int]]:
+    """The state files beside `chain`'s anchor: each one's (inode, size), by name."""
+    assert chain.path is not None
+    found = chain.path.parent.glob(f"{chain.path.name.removesuffix('.npz')}.*{chain_record.STATE_SUFFIX}")
+    return {path.name: (path.stat().st_ino, path.stat().st_size) for path in found}
+
+
+@pytest.fixture(params=[False, True], ids=["in memory", "in a file"])
+def in_file(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Whether every state is kept in a file (read by pieces of 8), as a large model's is."""
+    if request.param:
         monkeypatch.setattr(state_files, "IN_FILE_FROM", 0)
         monkeypatch.setattr(state_files, "PIECE", 8)
+    return bool(request.param)
+
+
+@pytest.mark.usefixtures("in_file")
+def test_each_state_is_written_once_and_a_restart_takes_up_its_file(federation: Federation, tmp_path: Path) -> None:
+    chain = federation.chain(tmp_path)
+    state = two_rounds(federation, chain)  # round 1's sum verified: round 1's state and its step written
+    after_1 = state_files_of(chain)
+    assert len(after_1) == 2
+    words = federation.summed(2)
+    chain.verified(2, words, NAMES, federation.encoder(2))
+    after_2 = state_files_of(chain)
+    # Round 2's state is round 1's step: the same file, untouched; round 1's state is gone; one file is new.
+    assert len(after_2) == 2 and len(set(after_1) & set(after_2)) == 1
+    (kept,) = set(after_1) & set(after_2)
+    assert after_1[kept] == after_2[kept]
+    with np.load(chain.path) as members:  # type: ignore[arg-type]
+        assert json.loads(str(members["anchor"]))["state.file"] == kept
+        assert int(members["version"]) == chain_record.VERSION == 3
+    moved = federation.stepped(state, words, 2)
+    restarted = federation.chain(tmp_path)  # a new process: takes the chain up from the files, and writes on
+    restarted.sent(3, *sent(moved))
+    restarted.verified(3, federation.summed(3), NAMES, federation.encoder(3))
+    after_3 = state_files_of(restarted)
+    assert len(after_3) == 2 and len(set(after_2) & set(after_3)) == 1
+    (taken,) = set(after_2) & set(after_3)
+    assert after_2[taken] == after_3[taken] and taken != kept and chain.path is not None
+    assert sorted(path.name for path in tmp_path.iterdir() if path.suffix != ".state") == [chain.path.name]
+
+
+def test_a_state_in_a_file_is_copied_by_pieces_where_the_system_cannot_copy_it(
+    federation: Federation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(state_files, "IN_FILE_FROM", 0)
+    monkeypatch.setattr(state_files, "PIECE", 8)
+
+    def cannot(*_: object) -> int:
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))  # another file system, as the kernel may refuse
+
+    monkeypatch.setattr(os, "copy_file_range", cannot)
+    chain = federation.chain(tmp_path)
+    two_rounds(federation, chain)
+    chain.verified(2, federation.summed(2), NAMES, federation.encoder(2))
+    assert chain.path is not None and chain.anchor is not None and chain.anchor.next is not None
+    kept = read_anchor(chain.path, tmp_path).next
+    assert kept is not None and kept.in_file and chain.anchor.next.in_file
+    for field in kept.fields:
+        length = kept.dimension + (field in ("control", "velocity"))
+        assert np.array_equal(kept.values(field, 0, length), chain.anchor.next.values(field, 0, length)), field
+
+
+def test_a_crash_before_the_anchor_is_replaced_leaves_the_old_one_whole(
+    federation: Federation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chain = federation.chain(tmp_path)
+    state = two_rounds(federation, chain)
+    before = state_files_of(chain)
+
+    def crash(*_: object) -> None:
+        raise OSError(errno.EIO, "the disk went away")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(chain_record, "atomic_write", crash)  # the new state file synced, the anchor not replaced
+        with pytest.raises(OSError):
+            chain.verified(2, federation.summed(2), NAMES, federation.encoder(2))
+    assert state_files_of(chain) == before  # the new state's file removed, the old anchor's untouched
+    assert chain.path is not None
+    stray = chain.path.parent / f"{chain.path.name.removesuffix('.npz')}.left-by-a-crash{chain_record.STATE_SUFFIX}"
+    stray.write_bytes(b"half a state")  # a crash that left its file behind
+    restarted = federation.chain(tmp_path)
+    restarted.sent(2, *sent(state))  # the old anchor: round 1's step is round 2's model
+    assert restarted.anchor is not None and restarted.anchor.round == 2
+    restarted.verified(2, federation.summed(2), NAMES, federation.encoder(2))
+    assert not stray.exists() and len(state_files_of(restarted)) == 2
+
+
+def test_an_average_that_is_theta_is_written_once_and_read_back_as_theta(
+    federation: Federation, tmp_path: Path, in_file: bool
+) -> None:
     chain = federation.chain(tmp_path)
     two_rounds(federation, chain)
     chain.verified(2, federation.summed(2), NAMES, federation.encoder(2))
     assert chain.anchor is not None and chain.anchor.next is not None and chain.path is not None
     written = chain.anchor
-    assert written.state.averaged_rounds == 0 == written.next.averaged_rounds  # the plan averages from a later round
+    assert (
+        written.next is not None and written.state.averaged_rounds == 0 == written.next.averaged_rounds
+    )  # the plan averages from a later round
+    # One copy of theta per state where there were two: a round writes and syncs half the bytes.
+    fields = [field for field in written.next.fields if field != "theta_average"]
+    size = sum(8 * (written.next.dimension + (field in ("control", "velocity"))) for field in fields)
+    assert [size for _, size in state_files_of(chain).values()] == [size] * 2
     with np.load(chain.path) as members:
-        # One copy of theta per state where there were two: a round writes and syncs half the bytes.
-        assert {"state.theta", "next.theta"} <= set(members.files)
-        assert not {"state.theta_average", "next.theta_average"} & set(members.files)
-        assert int(members["version"]) == chain_record.VERSION == 2
+        assert json.loads(str(members["anchor"]))["next.stored"] == fields
     anchor = read_anchor(chain.path, tmp_path)
     assert anchor.next is not None
     for kept, wanted in ((anchor.state, written.state), (anchor.next, written.next)):
@@ -264,21 +355,35 @@ def test_an_average_that_is_theta_is_written_once_and_read_back_as_theta(
             assert kept.values("theta", 0, 1).ctypes.data != kept.values("theta_average", 0, 1).ctypes.data
 
 
-def test_an_anchor_of_version_1_with_its_average_written_out_still_reads(
-    federation: Federation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_anchor_of_an_earlier_version_holding_its_states_still_reads(
+    federation: Federation, tmp_path: Path, version: int
 ) -> None:
-    monkeypatch.setattr(chain_record, "_average_is_theta", lambda averaged_rounds: False)
-    monkeypatch.setattr(chain_record, "VERSION", 1)
-    chain = federation.chain(tmp_path)
+    chain = federation.chain()
     two_rounds(federation, chain)
     chain.verified(2, federation.summed(2), NAMES, federation.encoder(2))
-    assert chain.path is not None and chain.anchor is not None and chain.anchor.next is not None
-    with np.load(chain.path) as members:
-        assert "next.theta_average" in members.files and int(members["version"]) == 1
-    monkeypatch.undo()
-    anchor = read_anchor(chain.path, tmp_path)
-    assert anchor.next is not None
-    assert np.array_equal(anchor.next.values("theta_average", 0, 8), chain.anchor.next.values("theta_average", 0, 8))
+    written = chain.anchor
+    assert written is not None and written.next is not None
+    arrays: dict[str, np.ndarray] = {
+        "format": np.array(chain_record.FORMAT),
+        "version": np.array(version),
+        "round": np.array(written.round),
+        "verified": np.array(written.verified),
+        "void": np.array(written.void),
+    }
+    for prefix, state in (("state", written.state), ("next", written.next)):
+        arrays[f"{prefix}.fields"] = np.array(list(state.fields))
+        for name in ("round", "c", "c_average", "averaged_rounds"):
+            arrays[f"{prefix}.{name}"] = np.array(getattr(state, name))
+        assert state.averaged_rounds == 0  # 2 wrote an average that is theta's copy once, as theta
+        for field in (field for field in state.fields if version == 1 or field != "theta_average"):
+            arrays[f"{prefix}.{field}"] = state.values(field, 0, state.dimension + (field in ("control", "velocity")))
+    path = tmp_path / "site-a.old.chain.npz"
+    np.savez(path, **arrays)  # type: ignore[arg-type]
+    anchor = read_anchor(path, tmp_path)
+    assert anchor.next is not None and (anchor.round, anchor.verified) == (2, True)
+    for field in ("theta", "theta_average"):
+        assert np.array_equal(anchor.next.values(field, 0, 8), written.next.values(field, 0, 8))
 
 
 def test_an_unreadable_anchor_is_set_aside_and_nothing_past_round_1_is_taken(

@@ -21,7 +21,7 @@ from fedfair.runtime.aggregator.bundles import federation_bundle
 from fedfair.runtime.aggregator.checkpoint import Checkpoint
 from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.core import server
-from fedfair.runtime.collaborator import trajectory
+from fedfair.runtime.collaborator import receipt, trajectory
 from fedfair.runtime.collaborator.outcome import Excluded, OutcomeRecord
 from fedfair.runtime.collaborator.trajectory import ServedModel, Trajectory
 from fedfair.runtime.collaborator.receipt import (
@@ -83,6 +83,24 @@ def test_the_honest_bundle_matches_bit_for_bit(federation: Federation) -> None:
     bundle = federation.bundle()
     assert all(tensor.dtype == torch.float32 for tensor in bundle.state_dict.values())
     assert bundle_mismatch(bundle, federation.expected, federation.output) is None
+
+
+def test_a_built_in_model_is_checked_without_a_second_copy_of_its_parameters(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its tensors' layout from a build on the meta device, its values the output model's: no model is loaded."""
+
+    def no_load(*_: object) -> None:
+        raise AssertionError("a built-in model without buffers is not built and loaded to check its bundle")
+
+    monkeypatch.setattr(receipt, "load_flat_parameters", no_load)
+    bundle = federation.bundle()
+    assert bundle_mismatch(bundle, federation.expected, federation.output) is None
+    first = next(iter(bundle.state_dict))
+    forged = dataclasses.replace(bundle, state_dict={**bundle.state_dict, first: bundle.state_dict[first] + 1.0})
+    assert (bundle_mismatch(forged, federation.expected, federation.output) or "").startswith("model: ")
+    short = dataclasses.replace(federation.output, theta=federation.output.theta[:-1])
+    assert "does not fit the plan's model" in (bundle_mismatch(bundle, federation.expected, short) or "")
 
 
 def test_a_bundle_of_another_federation_is_refused_even_with_the_same_model(federation: Federation) -> None:
