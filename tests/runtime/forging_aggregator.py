@@ -11,6 +11,8 @@ sums of round ROUND (the report's figures). ``initial``: round 1's model is the 
 its first weight (a backdoor; ROUND is ignored). ``past``: what the aggregator keeps of round ROUND for a site that
 missed it has its claimed sum's first word moved (every survivor of the round was shown the true one). ``withhold``:
 round ROUND applies, but a site that missed it is told it is not kept (as if void), while the next round is served.
+``older``: every kept input of round ROUND - 1 (applied, verified) is served as round ROUND's; ``older-tags``: round
+ROUND's own kept inputs, but its claim and tag set are round ROUND - 1's.
 ``void-next``: honest, but round ROUND + 1 is made void once its sum verified (as the aggregator's own checks void a
 round), and the loop pauses 20 s once round ROUND + 2 ended (printing ``paused``), for a site to rejoin at ROUND + 3. ``bounded``: under a two-verifier input bound, the aggregator's
 share-sum of round ROUND's bounded sum has a coordinate moved before it claims it in its verdict record (and applies
@@ -269,6 +271,25 @@ def withhold_past(round_number: int) -> None:
     setattr(PastRounds, "input", withheld)  # noqa: B010 -- the rewrite is the attack
 
 
+def serve_older(round_number: int, *, from_step: int) -> None:
+    """Serve round `round_number` - 1's kept inputs of the stages from `from_step` on as round `round_number`'s."""
+    opened, served = PastRounds.opened, PastRounds.input
+    earlier: dict[int, bytes] = {}
+
+    def remembering(kept: PastRounds, binding: pb.Binding, inputs: bytes | Mapping[str, bytes]) -> None:
+        if binding.round == round_number - 1 and isinstance(inputs, bytes) and binding.stage == pb.STAGE_TRAIN:
+            earlier[binding.step] = inputs  # as it was sent: kept past the round's removal
+        opened(kept, binding, inputs)
+
+    def older(kept: PastRounds, binding: pb.Binding) -> bytes | None:
+        if binding.round == round_number and binding.step >= from_step:
+            return earlier.get(binding.step)
+        return served(kept, binding)
+
+    setattr(PastRounds, "opened", remembering)  # noqa: B010 -- the rewrite is the attack
+    setattr(PastRounds, "input", older)  # noqa: B010
+
+
 def void_next(round_number: int) -> None:
     """Void round `round_number` + 1 once its sum verified; pause the loop 20 s once round `round_number` + 2 ended."""
     agreed, ended = checks.check_agreed_influence, PastRounds.ended
@@ -316,6 +337,9 @@ if __name__ == "__main__":
         forge_past(forged_round)
     elif sys.argv[3:] == ["withhold"]:
         withhold_past(forged_round)
+    elif sys.argv[3:] in (["older"], ["older-tags"]):
+        claim_step = TRAINING.wire(SECURE_ROUND.verify_stages[0]).step
+        serve_older(forged_round, from_step=claim_step if sys.argv[3] == "older-tags" else 0)
     elif sys.argv[3:] == ["void-next"]:
         void_next(forged_round)
     elif sys.argv[3:] == ["bounded"]:

@@ -189,3 +189,42 @@ def test_two_missed_rounds_across_a_void_one_are_caught_up(tmp_path: Path, proce
     caught = [line.split("site-c: ")[1].split(":")[0] for line in site_c.lines if "caught up" in line]
     assert caught == ["round 2", "round 4"], "\n".join(site_c.lines[-20:])
     assert len({bundle_digest(workspace, name) for name in NAMES}) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attack", ["older", "older-tags"])
+def test_another_rounds_kept_inputs_are_refused_as_the_missed_rounds(
+    tmp_path: Path, processes: Processes, attack: str
+) -> None:
+    """Round 1's kept inputs served as round 2's (all, or its claim and tags beside round 2's parameters): refused as
+    round 2's (its parameters name another round, or the claim another session), never caught up on."""
+    workspace = workspace_of(tmp_path)
+    site_c = restarted_site_c(processes, workspace, attack)
+    assert site_c.wait(180) == 2, processes.tail()
+    said = "\n".join(site_c.lines)
+    assert f"aggregate-refused: round {MISSED}:" in said and "MALFORMED" in said, said[-3000:]
+    assert not [line for line in site_c.lines if "caught up" in line], said[-3000:]
+    record = outcome(workspace, "site-c")
+    assert record.refusal is not None and (record.refusal.round, record.refusal.reason) == (MISSED, "MALFORMED")
+    assert not list(workspace.configs["site-c"].parent.glob("site-c.*model_bundle*"))
+
+
+@pytest.mark.slow
+def test_the_aggregator_killed_while_a_site_is_away_resumes_and_the_site_catches_up(
+    tmp_path: Path, processes: Processes
+) -> None:
+    """Round 2's kept inputs outlive the aggregator's SIGKILL and --resume: site-c, back after it, catches up."""
+    workspace = workspace_of(tmp_path)  # round 3 waits for site-c
+    first = processes.aggregator(workspace)
+    for name in NAMES[:2]:
+        processes.collaborator(workspace, name)
+    killed = processes.collaborator(workspace, "site-c", fault=KILLED)
+    assert killed.wait(120) == -9, processes.tail()
+    wait_for(first, "round 3: waiting for", 120)
+    first.process.kill()
+    assert first.wait(60) == -9
+    resumed = processes.aggregator(workspace, "--resume")
+    site_c = processes.collaborator(workspace, "site-c")
+    processes.finish(resumed, 300)
+    caught = [line for line in site_c.lines if "caught up" in line]
+    assert len(caught) == 1 and f"round {MISSED}: caught up" in caught[0], "\n".join(site_c.lines[-20:])
