@@ -14,7 +14,7 @@ import functools
 import hashlib
 import json
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -243,9 +243,21 @@ def model_digest(theta: object, c: float) -> str:
     The aggregator states it in the round's parameters and each collaborator computes it from its
     download, so both sides agree on it exactly when the same model was sent.
     """
-    dtype, data = encode_tensor(theta)
-    digest = hashlib.sha256(pb.DType.Name(dtype).encode())
-    digest.update(data)
+    return model_digest_of_parts([theta], c)
+
+
+def model_digest_of_parts(parts: Iterable[object], c: float) -> str:
+    """:func:`model_digest` of the model whose values are `parts` laid end to end (all of one wire dtype).
+
+    What a site computes of a state it holds a piece at a time, without a copy of the whole download.
+    """
+    digest, first = hashlib.sha256(), True
+    for part in parts:
+        dtype, data = encode_tensor(part)
+        if first:
+            digest.update(pb.DType.Name(dtype).encode())
+            first = False
+        digest.update(data)
     digest.update(struct.pack("<d", c))
     return digest.hexdigest()
 

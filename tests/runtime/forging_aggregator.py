@@ -1,5 +1,5 @@
 """A forging aggregator process: ``python forging_aggregator.py PLAN ROUND [sum|model|evaluation|initial|bounded|
-one-share|one-share-to-all|frame|false-seed|tamper-one|past]``: attacks that verification stops.
+one-share|one-share-to-all|frame|false-seed|tamper-one|past|withhold]``: attacks that verification stops.
 
 It runs the real aggregator (``fedfair aggregator start --plan PLAN``) rewritten for training round ROUND.
 ``sum`` (the default): the unmasked sum has a word moved before it is decoded, so the model it applies is not
@@ -9,7 +9,12 @@ all the same. ``model``: the true sum is claimed and verified, and the model the
 flipped (theta negated) before it is sent for round ROUND + 1. ``evaluation``: as ``sum``, for the evaluation
 sums of round ROUND (the report's figures). ``initial``: round 1's model is the plan's initial model with +1.0 on
 its first weight (a backdoor; ROUND is ignored). ``past``: what the aggregator keeps of round ROUND for a site that
-missed it has its claimed sum's first word moved (every survivor of the round was shown the true one). ``bounded``: under a two-verifier input bound, the aggregator's
+missed it has its claimed sum's first word moved (every survivor of the round was shown the true one). ``withhold``:
+round ROUND applies, but a site that missed it is told it is not kept (as if void), while the next round is served.
+``older``: every kept input of round ROUND - 1 (applied, verified) is served as round ROUND's; ``older-tags``: round
+ROUND's own kept inputs, but its claim and tag set are round ROUND - 1's.
+``void-next``: honest, but round ROUND + 1 is made void once its sum verified (as the aggregator's own checks void a
+round), and the loop pauses 20 s once round ROUND + 2 ended (printing ``paused``), for a site to rejoin at ROUND + 3. ``bounded``: under a two-verifier input bound, the aggregator's
 share-sum of round ROUND's bounded sum has a coordinate moved before it claims it in its verdict record (and applies
 it), and its own check of the sites' tags is skipped. ``one-share``: under a two-verifier input bound, the aggregator
 keeps only site-a's SHARE upload of every round (the others' are dropped unread), so the auditor is asked to total
@@ -29,7 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Collection, Mapping
 from functools import partial
 from typing import Any
 
@@ -38,8 +44,10 @@ import torch
 from fedfair.cli import main
 from fedfair.core import server as server_step
 from fedfair.core.algorithm import FedSRCVaR
+from fedfair.core.errors import AggregateError
 import numpy as np
 
+from fedfair.runtime.aggregator import checks, loop
 from fedfair.runtime.aggregator.past_rounds import PastRounds
 from fedfair.runtime.contract import EVALUATION, TRAINING, Stages, session_round, training_of
 from fedfair.runtime.transport import pb
@@ -256,6 +264,57 @@ def forge_past(round_number: int) -> None:
     setattr(PastRounds, "opened", forged_opened)  # noqa: B010 -- the rewrite is the attack
 
 
+def withhold_past(round_number: int) -> None:
+    """Answer a fetch of training round `round_number`'s kept inputs as if it were not kept, though it applied."""
+    served = PastRounds.input
+
+    def withheld(kept: PastRounds, binding: pb.Binding) -> bytes | None:
+        return None if binding.round == round_number else served(kept, binding)
+
+    setattr(PastRounds, "input", withheld)  # noqa: B010 -- the rewrite is the attack
+
+
+def serve_older(round_number: int, *, from_step: int) -> None:
+    """Serve round `round_number` - 1's kept inputs of the stages from `from_step` on as round `round_number`'s."""
+    opened, served = PastRounds.opened, PastRounds.input
+    earlier: dict[int, bytes] = {}
+
+    def remembering(kept: PastRounds, binding: pb.Binding, inputs: bytes | Mapping[str, bytes]) -> None:
+        if binding.round == round_number - 1 and isinstance(inputs, bytes) and binding.stage == pb.STAGE_TRAIN:
+            earlier[binding.step] = inputs  # as it was sent: kept past the round's removal
+        opened(kept, binding, inputs)
+
+    def older(kept: PastRounds, binding: pb.Binding) -> bytes | None:
+        if binding.round == round_number and binding.step >= from_step:
+            return earlier.get(binding.step)
+        return served(kept, binding)
+
+    setattr(PastRounds, "opened", remembering)  # noqa: B010 -- the rewrite is the attack
+    setattr(PastRounds, "input", older)  # noqa: B010
+
+
+def void_next(round_number: int) -> None:
+    """Void round `round_number` + 1 once its sum verified; pause the loop 20 s once round `round_number` + 2 ended."""
+    agreed, ended = checks.check_agreed_influence, PastRounds.ended
+    rounds = iter(range(1, 1 << 30))  # the training rounds, in the order the loop checks their weights
+
+    def voiding(*args: Any, **kwargs: Any) -> Any:
+        if next(rounds) == round_number + 1:
+            raise AggregateError("voided by the test's aggregator once its sum verified")
+        return agreed(*args, **kwargs)
+
+    def pausing(
+        kept: PastRounds, ended_round: int, applied: bool, verified_by: Collection[str], roster: Collection[str]
+    ) -> None:
+        ended(kept, ended_round, applied, verified_by, roster)
+        if ended_round == round_number + 2:
+            print("paused", flush=True)
+            time.sleep(20.0)
+
+    setattr(loop, "check_agreed_influence", voiding)  # noqa: B010 -- the rewrite is the attack
+    setattr(PastRounds, "ended", pausing)  # noqa: B010
+
+
 def backdoor_initial() -> None:
     """Rewrite the server's initial state so that round 1's model has +1.0 on its first weight."""
     init = FedSRCVaR.server_init
@@ -279,6 +338,13 @@ if __name__ == "__main__":
         backdoor_initial()
     elif sys.argv[3:] == ["past"]:
         forge_past(forged_round)
+    elif sys.argv[3:] == ["withhold"]:
+        withhold_past(forged_round)
+    elif sys.argv[3:] in (["older"], ["older-tags"]):
+        claim_step = TRAINING.wire(SECURE_ROUND.verify_stages[0]).step
+        serve_older(forged_round, from_step=claim_step if sys.argv[3] == "older-tags" else 0)
+    elif sys.argv[3:] == ["void-next"]:
+        void_next(forged_round)
     elif sys.argv[3:] == ["bounded"]:
         forge_bounded(forged_round)
     elif sys.argv[3:] == ["frame"]:

@@ -13,7 +13,7 @@ it sits the round out (:class:`UncheckedModelError`) and keeps its anchor, which
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -24,7 +24,7 @@ from fedfair.core.errors import AggregateError, UncheckedModelError, Verificatio
 from fedfair.core.server import Aggregate, ServerState
 from fedfair.core.sum_bounds import DecodedSum, encoding_breach, influence_breach
 from fedfair.runtime.collaborator.chain_record import CHAIN_SUFFIX, Anchor, AnchorRecord
-from fedfair.runtime.contract import model_download
+from fedfair.runtime.contract import model_digest_of_parts, model_download
 from fedfair.runtime.memory import release_freed
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.state_files import HeldState, keep, held_in_file, spans, stepped, tensors_of
@@ -65,6 +65,9 @@ class ModelChain:
         """Whether the anchor kept on disk was read (once, at the first model)."""
         self.unchecked_from: int | None = None
         """The first round whose model this site sat out, unable to check it; None while it checked every one."""
+        self._stranded = False
+        """Whether a missed round ran on a model this chain did not make (:meth:`ran_on`): its anchor then stays, so
+        no later catch-up can bridge to it either."""
 
     @property
     def active(self) -> bool:
@@ -186,28 +189,42 @@ class ModelChain:
 
         From the round its anchor holds, if it took that round's model but verified no sum of it (it was shown a
         false view, or withdrew), else from the round after; without an anchor (it verified no sum yet) from round 1,
-        stepping from the plan's initial model as this site builds it. Empty without a chain, or with neither.
+        stepping from the plan's initial model as this site builds it. Empty without a chain, with neither, or once a
+        missed round ran on a model this chain did not make (:meth:`ran_on`).
         """
         anchor = self._held()
-        if not self.active or (anchor is None and self._initial is None):
+        if not self.active or self._stranded or (anchor is None and self._initial is None):
             return range(0)
         first = 1 if anchor is None else anchor.round + 1 if anchor.verified else anchor.round
         return range(first, through + 1)
 
-    def caught_up(self, round_number: int, words: np.ndarray, survivors: Collection[str], encoder: Encoder) -> None:
-        """Apply the plan's server step to missed training round `round_number`'s sum, which this site verified.
+    def ran_on(self, round_number: int, model: str) -> HeldState | None:
+        """The state missed training round `round_number` ran on, as this site's chain made it; None if none it made.
 
-        `words` is the sum it checked as a bystander (:mod:`fedfair.secagg.bystander`): stepped as :meth:`verified`
-        steps its own, from the state its chain made last (the step of its last verified sum, or, that sum void,
-        the state before it; the state of the anchor's round where it verified none of it; without an anchor, the
-        plan's initial state). Kept on disk likewise.
+        `model` is the :func:`~fedfair.runtime.contract.model_digest` the round's parameters state, which entered
+        the session every survivor signed: signed data, not the aggregator's word. The candidates are the state the
+        chain made last (the step of its last verified sum) and, the rounds since void, the state before it (the
+        anchor's round's state where it verified none of it; without an anchor, the plan's initial state). None:
+        a round between applied that this site did not check (not kept), so it cannot bridge to this one.
         """
         assert round_number in self.missed(round_number)  # the caller's to ask
         anchor = self._held()
         if anchor is None:
-            state = self._start(round_number)
+            candidates = [self._start(round_number)]
         else:
-            state = anchor.next if anchor.verified and anchor.next is not None else anchor.state
+            candidates = [anchor.state] if anchor.next is None or not anchor.verified else [anchor.next, anchor.state]
+        state = next((state for state in candidates if self._digest(state) == model), None)
+        self._stranded = state is None
+        return state
+
+    def caught_up(
+        self, round_number: int, state: HeldState, words: np.ndarray, survivors: Collection[str], encoder: Encoder
+    ) -> None:
+        """Apply the plan's server step to missed training round `round_number`'s sum, which this site verified.
+
+        `state` is the one the round ran on (:meth:`ran_on`); `words` the sum this site checked as a bystander
+        (:mod:`fedfair.secagg.bystander`): stepped as :meth:`verified` steps its own, and kept on disk likewise.
+        """
         self._anchor = Anchor(round_number, state)
         self.verified(round_number, words, survivors, encoder)
 
@@ -380,6 +397,22 @@ class ModelChain:
         builtin = self._shared.model.factory is None
         wire = np.dtype(np.float64) if control is not None else model_download(np.empty(0), builtin).dtype
         return theta.dtype == wire and self._downloaded(state, "theta", theta, narrowed=control is None)
+
+    def _digest(self, state: HeldState) -> str:
+        """:func:`~fedfair.runtime.contract.model_digest` of the training download the aggregator makes of `state`."""
+        control = state.has("control")
+        builtin = self._shared.model.factory is None
+
+        def parts() -> Iterator[np.ndarray]:
+            # As contract.training_download lays it out: theta (narrowed without drift correction), then sigma.
+            for start, stop in state.spans():
+                theta = state.values("theta", start, stop)
+                yield theta.astype(np.float64, copy=False) if control else model_download(theta, builtin)
+            if control:
+                for start, stop in state.spans(state.dimension + 1):
+                    yield state.values("control", start, stop).astype(np.float64, copy=False)
+
+        return model_digest_of_parts(parts(), state.c)
 
     def _downloaded(self, state: HeldState, field: str, sent: np.ndarray, *, narrowed: bool) -> bool:
         """Whether `sent` is, bit for bit, `state`'s tensor `field` as a download carries it (`narrowed`: model_download's).

@@ -16,7 +16,7 @@ from fedfair.runtime.collaborator import chain as chain_module
 from fedfair.core.errors import UncheckedModelError
 from fedfair.runtime.collaborator.chain import ModelChain
 from fedfair.core.update import update_dimension
-from fedfair.runtime.contract import model_download
+from fedfair.runtime.contract import model_digest, model_download
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import (
     AggregatorPlan,
@@ -172,18 +172,28 @@ def test_the_output_model_is_compared_slice_by_slice_to_the_last_value(
         chain.evaluated(2, output, moved.c_average)
 
 
+def digest(state: server.ServerState) -> str:
+    """The model digest round parameters state for a round run on `state` (its TRAIN download and c)."""
+    return model_digest(*sent(state))
+
+
 def test_a_site_that_missed_rounds_catches_up_on_their_sums_and_takes_the_next_model(federation: Federation) -> None:
     """Verified round 1, then away for rounds 2 (applied), 3 (void) and 4 (applied): round 5's model is checked once
-    the chain steps by the sums of rounds 2 and 4 (:mod:`~fedfair.runtime.collaborator.catch_up`), momentum included."""
+    the chain steps by the sums of rounds 2 and 4 (:mod:`~fedfair.runtime.collaborator.catch_up`), momentum included.
+    Round 4 ran on round 2's step (its signed digest says so), so round 3's absence is read as void."""
     chain, state = verified_chain(federation, 1)  # it took round 2's model, then left
     words2, after2 = federation.round(state, 2)
     words4, after4 = federation.round(after2, 4)
     with pytest.raises(UncheckedModelError):
         chain.sent(5, *sent(after4), None)
     assert list(chain.missed(4)) == [2, 3, 4]
-    chain.caught_up(2, words2, NAMES, federation.encoder(2, words2.size))
+    ran_on = chain.ran_on(2, digest(state))
+    assert ran_on is not None
+    chain.caught_up(2, ran_on, words2, NAMES, federation.encoder(2, words2.size))
     assert list(chain.missed(4)) == [3, 4]  # round 3 kept nothing: void, so the chain goes on from round 2's step
-    chain.caught_up(4, words4, NAMES, federation.encoder(4, words4.size))
+    ran_on = chain.ran_on(4, digest(after2))
+    assert ran_on is not None
+    chain.caught_up(4, ran_on, words4, NAMES, federation.encoder(4, words4.size))
     assert list(chain.missed(4)) == []
     theta, c = sent(after4)
     moved = theta.copy()
@@ -193,6 +203,19 @@ def test_a_site_that_missed_rounds_catches_up_on_their_sums_and_takes_the_next_m
     chain.sent(5, theta, c, None)
 
 
+def test_a_missed_round_not_kept_that_applied_strands_the_chain_rather_than_splicing(federation: Federation) -> None:
+    """Away for rounds 2 and 3, both applied, round 2 not kept: round 3 ran on round 2's step, which this chain never
+    made, so it finds no state to step round 3's sum from (issue 98's splice), catches up no more, and sits out."""
+    chain, state = verified_chain(federation, 1)
+    _, after2 = federation.round(state, 2)
+    _, after3 = federation.round(after2, 3)
+    assert list(chain.missed(3)) == [2, 3]
+    assert chain.ran_on(3, digest(after2)) is None
+    assert list(chain.missed(3)) == []  # stranded: no later round can be bridged to either
+    with pytest.raises(UncheckedModelError):
+        chain.sent(4, *sent(after3), None)
+
+
 def test_a_site_that_verified_no_sum_yet_catches_up_from_the_initial_model(federation: Federation) -> None:
     """Killed in round 1 before its check and restarted: no anchor, so it steps from the plan's initial model."""
     chain = new_chain(federation)
@@ -200,6 +223,8 @@ def test_a_site_that_verified_no_sum_yet_catches_up_from_the_initial_model(feder
     with pytest.raises(UncheckedModelError):
         chain.sent(2, *sent(after1), None)
     assert list(chain.missed(1)) == [1]
-    chain.caught_up(1, words1, NAMES, federation.encoder(1, words1.size))
+    ran_on = chain.ran_on(1, digest(federation.start))
+    assert ran_on is not None
+    chain.caught_up(1, ran_on, words1, NAMES, federation.encoder(1, words1.size))
     chain.sent(2, *sent(after1), None)
     assert list(ModelChain("site-b", federation.shared).missed(3)) == []  # no initial model of its own: nothing

@@ -22,7 +22,7 @@ from fedfair.runtime import state_files
 from fedfair.runtime.collaborator.chain import ModelChain
 from fedfair.runtime.state_files import HeldState
 from fedfair.core.update import update_dimension
-from fedfair.runtime.contract import model_download, training_download
+from fedfair.runtime.contract import model_digest, model_download, training_download
 from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.plan.aggregator_plan import (
     SharedSettings,
@@ -198,6 +198,12 @@ def test_a_chain_stepped_by_piece_in_a_file_is_the_in_memory_chain_bit_for_bit(
                 chain.sent(number + 1, *step.download(state))
         assert all(chain.anchor is not None and whole(chain.anchor.state) == whole(state) for chain in chains)
         assert all(chain.unchecked_from is None for chain in chains)
+        # A missed round's signed model digest finds the state it ran on, by piece as whole (issue 98's catch-up).
+        control = None if state.control is None else state.control.numpy()
+        digest = model_digest(training_download(state.theta.numpy(), control, builtin=True), state.c)
+        for chain in chains:
+            assert chain.anchor is not None and chain.ran_on(chain.anchor.round, digest) is chain.anchor.state
+            assert chain.ran_on(chain.anchor.round, digest[::-1]) is None
 
 
 @pytest.fixture

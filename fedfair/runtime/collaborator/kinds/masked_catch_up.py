@@ -3,7 +3,11 @@
 When the model chain (:mod:`fedfair.runtime.collaborator.chain`) cannot check the model it is sent, the site fetches
 each round it missed that the aggregator kept (:mod:`fedfair.runtime.aggregator.past_rounds`), checks the round's
 parameters against its plan and the sum with :func:`fedfair.secagg.bystander.check_past_sum`, and steps its chain by
-it. A round not kept is taken as void (the chain then checks the model stands). A forged past sum is refused as a
+it. Each kept round's parameters state the digest of the model it ran on, which every survivor signed (it enters
+the session): the site steps only from a state of its own chain with that digest. A round not kept may be void (the
+next kept round then ran on the model before it) or applied (then no state of the chain matches, and the site stops
+catching up and sits out the models it cannot check, ``model-unchecked``): the signed digest decides, never the
+aggregator's word, and no later sum is spliced onto a model that lacks a round. A forged past sum is refused as a
 survivor refuses one (VerificationError: the site stops). The masked round's catch-up, registered by its name
 (:func:`~fedfair.runtime.collaborator.catch_up.register_catch_up`): a bounded round (two verifiers) is sat out. docs/security.md, "Verified aggregation" (a site that missed a round).
 """
@@ -46,20 +50,31 @@ def masked_catch_up(me: Participant, uplink: Uplink, stub: pb_grpc.FederationStu
     for round_number in me.chain.missed(through):
         inputs = _fetched(me, uplink, stub, round_number)
         if inputs is None:
+            # Void or applied: the next kept round's model decides (ran_on), as the chain decides the next model.
             logger.info(
-                "%s: round %d: the aggregator keeps no inputs of it (void, or too long ago); taken as void",
+                "%s: round %d: the aggregator keeps no inputs of it (void, or too long ago); the next model decides",
                 me.name,
                 round_number,
             )
             continue
         parameters, past = _parsed(me, round_number, inputs)
+        state = me.chain.ran_on(round_number, parameters.model)
+        if state is None:
+            logger.warning(
+                "%s: round %d: it ran on a model this site's chain did not make (a round before it that the "
+                "aggregator does not keep applied), so this site cannot catch up on it; it sits out the models it "
+                "cannot check",
+                me.name,
+                round_number,
+            )
+            return applied
         config = parameters.secagg_config(me.shared.federation_id, TRAINING)
         try:
             words = check_past_sum(past, config, me.verify)
         except VerificationError as error:  # named by the training round, as the model chain names its refusals
             raise VerificationError(round_number, error.reason, f"{error.detail} (a round it missed)") from None
         survivors = frozenset(config.name_of(party) for party in past.survivor_set.survivors)
-        me.chain.caught_up(round_number, words, survivors, config.encoder)
+        me.chain.caught_up(round_number, state, words, survivors, config.encoder)
         logger.info(
             "%s: round %d: caught up: it took no part, checked the sum of %s and stepped its model by it",
             me.name,
@@ -85,7 +100,17 @@ def _fetched(me: Participant, uplink: Uplink, stub: pb_grpc.FederationStub, roun
             assemble(stub.Fetch(request, timeout=RPC_SECONDS), assembler, binding)
         except grpc.RpcError as error:
             if error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                raise  # the connection's to retry, as any request's
+                # The connection's to retry, as any request's; said here, as the retry names only the live round.
+                logger.warning(
+                    "%s: catching up: the fetch of round %d's kept %s input failed (%s): a kept round must arrive within "
+                    "%g s, as any download; the live round that needed it is retried",
+                    me.name,
+                    round_number,
+                    spec.wire,
+                    error.code().name,
+                    RPC_SECONDS,
+                )
+                raise
             return None
         except WireError:
             return None
