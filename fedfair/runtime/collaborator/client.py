@@ -106,11 +106,14 @@ class Collaborator(TaskStream):
         trainer_factory: TrainerFactory = round_trainer,
         retry: RetryPolicy | None = None,
         reset_state: bool = False,
+        started: float | None = None,
     ) -> None:
         """Check everything local (TLS files, manifest pin, data, the data's privacy ledger) before any connection.
 
         `retry` defaults to the config's [retry]; `reset_state` is the operator's word that a lost record of
-        this federation (and its privacy budget) may start again. Raises PermanentFailureError with the fix.
+        this federation (and its privacy budget) may start again; `started` (time.monotonic()) is when the
+        operator's wait began, the clock of [retry] start_wait_seconds (default: the first dial). Raises
+        PermanentFailureError with the fix.
         """
         self.trainer_factory = trainer_factory
         self.reset_state = reset_state
@@ -126,6 +129,7 @@ class Collaborator(TaskStream):
         stop = threading.Event()
         target = Target(config.aggregator, config.certificates, config.aggregator_name)
         backoff = Backoff(retry or config.retry, config.name, stop, target, self.identity.certified)
+        backoff.started = started
         super().__init__(Connection(config, backoff, stop, self))  # the connection follows the stream for this
         self._uplink = Uplink()
         self._reports = StatusReports(config.name, self._uplink)
