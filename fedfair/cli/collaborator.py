@@ -18,13 +18,15 @@ def _start_command(args: argparse.Namespace) -> int:
     from fedfair.runtime.collaborator.client import Collaborator
     from fedfair.runtime.collaborator.config import load_collaborator_config
     from fedfair.runtime.collaborator.metrics import start_site_monitoring
+    from fedfair.runtime.collaborator.retries import process_started
     from fedfair.runtime.failures import AUDITOR_REFUSED, EXIT_REFUSED
     from fedfair.runtime.stops import stop_name, stop_on_signals, stop_status
 
     config = load_collaborator_config(args.config)
     # The console shows a progress bar and what needs a person; every line goes to NAME.log beside the config.
     configure_logging(file=config.source.parent / f"{config.name}.log", label=config.name, verbose=args.verbose)
-    collaborator = Collaborator(config, reset_state=args.reset_state)
+    # The wait for a first answer counts from the command: the operator waits through imports and the table too.
+    collaborator = Collaborator(config, reset_state=args.reset_state, started=process_started())
     monitor = start_site_monitoring(config)  # its own privacy metrics, when its config has [monitoring]
     try:
         with stop_on_signals():

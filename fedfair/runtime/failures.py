@@ -275,6 +275,14 @@ LOCAL_STATE_LOST = FailureClass(
     "backup; or, if this institution never took part before, or accepts that its record and privacy budget "
     "start again, run `fedfair collaborator start` with --reset-state",
 )
+TABLE_CHANGED = FailureClass(
+    "table-changed",
+    False,
+    "{data} changed since this site joined federation {federation} (its fingerprint was {bound}, it is {now} "
+    "now): the inputs this site already sent were of other records",
+    "restore the table it joined with (moved or exported again with the same rows is the same table), or take "
+    "part with this table in a new federation (`fedfair plan renew`)",
+)
 FEDERATION_PAST = FailureClass(
     "federation-past",
     False,
@@ -348,6 +356,7 @@ FAILURES: tuple[FailureClass, ...] = (
     LOCAL_PRIVACY,
     LOCAL_BINDINGS,
     LOCAL_STATE_LOST,
+    TABLE_CHANGED,
     FEDERATION_PAST,
     BUNDLE_REFUSED,
     AGGREGATE_REFUSED,

@@ -57,6 +57,9 @@ def test_every_message_starts_with_its_id_and_ends_with_a_fix(failure: FailureCl
         "rounds": 1,
         "expired": "2026-01-01 00:00:00",
         "auditor": "audit-co",
+        "data": "the table at t.csv",
+        "bound": "b",
+        "now": "n",
     }
     message = failure.message(**facts)
     assert message.startswith(f"{failure.id}: ") and ". Fix: " in message

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fedfair.core.errors import ConfigError
+from fedfair.core.errors import ConfigError, PermanentFailureError
 from fedfair.core.files import read_json
 from fedfair.privacy.distributed import Release, gaussian_release
 from fedfair.privacy.ledger import RESET, Charge, Ledger, data_digest, ledger_path
@@ -38,9 +38,11 @@ from fedfair.privacy.ledger_home import (
 )
 from fedfair.privacy.ledger_people import TABLE_KEY, keep_rows, know_people, state_path
 from fedfair.runtime.collaborator.config import CollaboratorConfig, DataSettings
-from fedfair.runtime.collaborator.input_record import InputRecord, fold_records
+from fedfair.runtime.collaborator.input_record import BoundData, InputRecord, fold_records
+from fedfair.runtime.collaborator.receipt import federation_file
 from fedfair.runtime.collaborator.table_fingerprint import table_fingerprint, table_rows, was_same_data
 from fedfair.runtime.composition_counts import CompositionColumn
+from fedfair.runtime.failures import LOCAL_BINDINGS
 from fedfair.runtime.observe.logs import per_round
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.plan.privacy import (
@@ -202,6 +204,37 @@ def data_identity(data: DataSettings) -> dict[str, object]:
         "parts": data.parts,
         "alpha": data.alpha,
     }
+
+
+def open_record(config: CollaboratorConfig, federation_id: str, ledger: Ledger, *, reset: bool = False) -> InputRecord:
+    """This site's record in federation `federation_id` (NAME.FEDERATION.bindings.json), charging `ledger`.
+
+    The one way a collaborator opens it: checked against the data its [data] opens now, in every privacy mode, so
+    that a table changed since this site joined (rows removed or added, a new export) is refused before it
+    contributes again. `reset` is the operator's ``--reset-state``.
+
+    Raises:
+        PermanentFailureError: ``table-changed``, naming the table and both fingerprints; ``local-bindings``: the
+            record is unreadable or does not go with the ledger; ``local-state-lost``.
+    """
+    data = config.data
+    name = (
+        f"the table at {data.csv}"
+        if data.csv is not None
+        else f"the dataset {data.dataset}'s part {data.index} of {data.parts} ({data.partition})"
+    )
+    try:
+        return InputRecord(
+            federation_file(config, federation_id, "bindings.json"),
+            federation_id,
+            ledger=ledger,
+            reset=reset,
+            data=BoundData(data_identity(data), name),
+        )
+    except PermanentFailureError:
+        raise  # table-changed: named as it is, not as an unreadable record
+    except ConfigError as error:
+        raise PermanentFailureError(LOCAL_BINDINGS, reason=error, config=config.source) from None
 
 
 def open_ledger(config: CollaboratorConfig, *, starting_over: bool = False) -> Ledger:

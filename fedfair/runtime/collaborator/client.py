@@ -27,7 +27,7 @@ from fedfair.core.errors import ConfigError, FailureError, PermanentFailureError
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.datasets.encoder import Encoder as TableEncoder
 from fedfair.runtime.collaborator import answers
-from fedfair.runtime.collaborator.charges import Charges, open_ledger
+from fedfair.runtime.collaborator.charges import Charges, open_ledger, open_record
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.connection import Connection
 from fedfair.runtime.collaborator.identity import check_identity
@@ -106,11 +106,14 @@ class Collaborator(TaskStream):
         trainer_factory: TrainerFactory = round_trainer,
         retry: RetryPolicy | None = None,
         reset_state: bool = False,
+        started: float | None = None,
     ) -> None:
         """Check everything local (TLS files, manifest pin, data, the data's privacy ledger) before any connection.
 
         `retry` defaults to the config's [retry]; `reset_state` is the operator's word that a lost record of
-        this federation (and its privacy budget) may start again. Raises PermanentFailureError with the fix.
+        this federation (and its privacy budget) may start again; `started` (time.monotonic()) is when the
+        operator's wait began, the clock of [retry] start_wait_seconds (default: the first dial). Raises
+        PermanentFailureError with the fix.
         """
         self.trainer_factory = trainer_factory
         self.reset_state = reset_state
@@ -120,12 +123,16 @@ class Collaborator(TaskStream):
         """The data as read before connecting; :meth:`setup` lets it go once it has cut this
         institution's part, so a process keeps only its own rows, not the whole dataset too."""
         check_pinned_table(config, self._table)
-        # The table against the privacy ledger it charged (the check `fedfair collaborator ledger` makes): a changed
-        # table is refused here with its one fix, not after joining with a record's.
-        open_ledger(config)
+        # The table against the privacy ledger it charged (the check `fedfair collaborator ledger` makes), and, when
+        # the config names its federation, against the table its record there bound: a changed table is refused
+        # here with its one fix, before any dial, not after joining.
+        ledger = open_ledger(config)
+        if config.federation is not None:
+            open_record(config, config.federation, ledger, reset=reset_state)
         stop = threading.Event()
         target = Target(config.aggregator, config.certificates, config.aggregator_name)
         backoff = Backoff(retry or config.retry, config.name, stop, target, self.identity.certified)
+        backoff.started = started
         super().__init__(Connection(config, backoff, stop, self))  # the connection follows the stream for this
         self._uplink = Uplink()
         self._reports = StatusReports(config.name, self._uplink)

@@ -196,11 +196,12 @@ class Connection(Generic[Settings]):
         minutes to reach its one-line error ([retry] start_wait_seconds), and meanwhile the operator sees
         what the process waits for and that Ctrl-C ends the wait.
         """
+        started, wait = self.backoff.started, self.backoff.policy.start_wait_seconds
         logger.info(
             "%s: connecting to the aggregator at %s; waiting up to %.0f s for it to answer (Ctrl-C stops)",
             self.config.name,
             self.config.aggregator,
-            self.backoff.policy.start_wait_seconds,
+            wait if started is None else max(wait - (time.monotonic() - started), 0.0),
         )
 
     def _await_plan(self) -> None:

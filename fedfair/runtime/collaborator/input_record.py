@@ -30,14 +30,15 @@ from fedfair.core.errors import (
 from fedfair.core.files import atomic_write, read_json
 from fedfair.privacy.ledger import CHARGED_KINDS, Charge, Ledger
 from fedfair.runtime.collaborator.stored_answer import StoredAnswer, answer_words, read_answer, write_answer
-from fedfair.runtime.failures import FEDERATION_PAST, LOCAL_STATE_LOST
+from fedfair.privacy.ledger_people import TABLE_KEY
+from fedfair.runtime.failures import FEDERATION_PAST, LOCAL_STATE_LOST, TABLE_CHANGED
 
 KINDS = CHARGED_KINDS
 """The kinds of input: the statistics before round 1 (round 0), a round's training and its evaluation."""
 
 FORMAT = "fedfair-bindings"
-VERSION = 3
-"""Version 3 moves the privacy releases to the site's ledger (:mod:`fedfair.privacy.ledger`) and keeps
+VERSION = 4
+"""Version 4 binds the site's data (:class:`BoundData`) at its first join; version 3 moves the privacy releases to the site's ledger (:mod:`fedfair.privacy.ledger`) and keeps
 their count; version 2 files (each input's round, the kept payloads, the training count and thresholds,
 the releases) are read and their releases folded into the ledger; version 1 files (survivor sets only)
 are still read, their inputs' rounds unknown."""
@@ -49,6 +50,7 @@ _KEYS = {
         ("format", "version", "latest", "inputs", "kept", "trainings", "thresholds", "charged", "resets", "ledger")
     ),
 }
+_KEYS[4] = _KEYS[3] | {"data"}
 """Every key of each version: a file with one missing or one more was edited, and is refused."""
 
 _FIX = (
@@ -56,6 +58,18 @@ _FIX = (
     "this institution's past inputs with new ones, so start afresh only for a new federation id, or pass "
     "--reset-state if you accept that"
 )
+
+
+@dataclass(frozen=True)
+class BoundData:
+    """This site's data as its record binds it.
+
+    `identity` names its records (a table by its rows' fingerprint,
+    :func:`~fedfair.runtime.collaborator.charges.data_identity`); `name` says it to an operator.
+    """
+
+    identity: dict[str, object]
+    name: str
 
 
 @dataclass
@@ -99,13 +113,27 @@ class _Input:
 class InputRecord:
     """The record of one collaborator in one federation, loaded from and kept in ``path``."""
 
-    def __init__(self, path: Path, federation: str = "", *, ledger: Ledger | None = None, reset: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        federation: str = "",
+        *,
+        ledger: Ledger | None = None,
+        reset: bool = False,
+        data: BoundData | None = None,
+    ) -> None:
         """Load the record at `path` (of federation `federation`) or start one.
 
         `ledger` is the site's ledger for its data, which every noised input is charged to; a record of
         before ledgers has its releases folded into it. Without one the record charges nothing (it is read
         to look at, or its federation is not noised). `reset` is the operator's word (``--reset-state``)
-        that a lost record may start again past the first round.
+        that a lost record may start again past the first round. `data` is the site's data now: a record that
+        bound other data refuses it (``table-changed``), whatever the plan charges; a record that bound none yet
+        binds it at its next write.
+
+        Raises:
+            PermanentFailureError: ``table-changed``; ``local-state-lost`` (:meth:`check_accountant`).
+            ConfigError: the record or the ledger is unreadable, or does not go with the other.
         """
         self.path = path
         self.federation = federation
@@ -122,6 +150,8 @@ class InputRecord:
         """The ledger's reset count when the record last wrote: more there means the operator reset it since."""
         self._ledger_name: str | None = None
         """The file name of the ledger this record charged to (its data's), None before any charge."""
+        self._data: dict[str, object] | None = None
+        """The identity of the data this record's inputs were of, bound at the first join (None before version 4)."""
         self._views: dict[str, SignedView] = {}
         self._first_asked: int | None = None
         """The first round this process was asked to answer."""
@@ -129,6 +159,8 @@ class InputRecord:
         """Whether a record was on disk when this process started (else it starts one)."""
         if self.found:
             self._load()
+        if data is not None:
+            self._check_data(data)
         if ledger is not None:
             self._check_ledger(ledger)
 
@@ -172,6 +204,11 @@ class InputRecord:
                 if name is not None and not isinstance(name, str):
                     raise ValueError(f"ledger = {name!r} is not a file name")
                 self._ledger_name = name
+            if version >= 4:
+                bound = data["data"]
+                if bound is not None and not isinstance(bound, dict):
+                    raise ValueError(f"data = {bound!r} is not a data identity")
+                self._data = bound
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise ConfigError(f"{self.path}: unreadable bindings ({error}); {_FIX}") from None
         if version == 2 and releases:
@@ -191,6 +228,23 @@ class InputRecord:
         self._charged = len(releases)
         self._resets, self._ledger_name = self.ledger.resets, self.ledger.path.name
         self._save()
+
+    def _check_data(self, data: BoundData) -> None:
+        """Refuse data other than the data this record bound; bind `data` when it bound none yet.
+
+        Checked before the ledger: a changed table also opens another ledger, and this is the cause to name.
+        """
+        if self._data is None:
+            self._data = data.identity
+            return
+        if self._data != data.identity:
+            raise PermanentFailureError(
+                TABLE_CHANGED,
+                data=data.name,
+                federation=self.federation,
+                bound=_fingerprint(self._data),
+                now=_fingerprint(data.identity),
+            )
 
     def _check_ledger(self, ledger: Ledger) -> None:
         """Refuse a ledger that lost releases this record charged to it (lost or rolled back).
@@ -233,6 +287,7 @@ class InputRecord:
             "charged": self._charged,
             "resets": self._resets,
             "ledger": self._ledger_name,
+            "data": self._data,
         }
         payload = json.dumps(document, indent=1).encode()
         atomic_write(self.path, lambda stream: stream.write(payload))
@@ -444,3 +499,11 @@ def fold_records(ledger: Ledger, folder: Path, site: str) -> list[str]:
             InputRecord(path, federation, ledger=ledger)
             folded.append(federation)
     return folded
+
+
+def _fingerprint(identity: dict[str, object]) -> str:
+    """A data identity as an operator compares it: a table's fingerprint's first 16 hex digits, else its fields."""
+    table = identity.get(TABLE_KEY)
+    if isinstance(table, str):
+        return table[:16]
+    return json.dumps(identity, sort_keys=True)

@@ -28,7 +28,7 @@ from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.models import flat_parameters
 from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.statistics import noised_statistics_vector, statistics_vector
-from fedfair.runtime.collaborator.charges import open_ledger
+from fedfair.runtime.collaborator.charges import open_ledger, open_record
 from fedfair.runtime.collaborator.connection import get_plan
 from fedfair.runtime.collaborator.consent import check_input_bound
 from fedfair.runtime.collaborator.input_record import InputRecord
@@ -171,10 +171,9 @@ def join(
         raise plan_mismatch("collaborator", shortfall)
     try:
         ledger = open_ledger(config)
-        path = federation_file(config, shared.federation_id, "bindings.json")
-        record = InputRecord(path, shared.federation_id, ledger=ledger, reset=reset_state)
     except ConfigError as error:
         raise PermanentFailureError(LOCAL_BINDINGS, reason=error, config=config.source) from None
+    record = open_record(config, shared.federation_id, ledger, reset=reset_state)
     outcome = OutcomeRecord(
         federation_file(config, shared.federation_id, OUTCOME_SUFFIX), shared.training.average_from_round
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import random
 import socket
 import ssl
@@ -21,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 import grpc
@@ -90,7 +92,7 @@ class RetryPolicy:
     """
 
     max_wait_seconds: float = 900.0
-    start_wait_seconds: float = 60.0
+    start_wait_seconds: float = 45.0
     base_seconds: float = 0.5
     cap_seconds: float = 15.0
     attempts: int | None = None
@@ -291,6 +293,10 @@ class Backoff:
         """How every retry waits out its delay: `stop.wait`, which a stop cuts short. One place, so the delays
         chosen can be read (by wrapping it) without timing the waits."""
         self._next_start_line = 0.0
+        self.started: float | None = None
+        """When the operator's wait for a first answer began (time.monotonic()): under `collaborator start`, the
+        process's start (:func:`process_started`), since imports and the table take seconds of the operator's
+        wait on a busy machine; None counts from the first dial."""
 
     def classify(self, error: grpc.RpcError, what: str) -> FailureError:
         """`error` as a failure class; raises at once when it is permanent."""
@@ -309,7 +315,7 @@ class Backoff:
         policy = self.policy
         elapsed = time.monotonic() - since
         if not self.reached:
-            self.wait_for_start(attempt, elapsed, failure)
+            self.wait_for_start(attempt, elapsed if self.started is None else time.monotonic() - self.started, failure)
             return
         if elapsed >= policy.max_wait_seconds or (policy.attempts is not None and attempt >= policy.attempts):
             if failure.failure.waits:
@@ -327,6 +333,8 @@ class Backoff:
 
     def wait_for_start(self, attempt: int, elapsed: float, failure: FailureError) -> None:
         """Wait for an aggregator that never answered: a short delay, one console line, then few file lines.
+
+        `elapsed` is the seconds since :attr:`started` (or since the first dial).
 
         Raises:
             FailureError: :data:`NEVER_ANSWERED` once `start_wait_seconds` have passed (or `attempts` retries).
@@ -385,6 +393,21 @@ class Backoff:
                 raise failure from None
             self.retry(attempt, since, failure, what)
             attempt += 1
+
+
+def process_started() -> float:
+    """When this process started, on the time.monotonic() clock: the start of an operator's wait for the command.
+
+    Read from /proc (Linux: the process's start on the boot clock); elsewhere, now.
+    """
+    now = time.monotonic()
+    try:
+        # The fields after the command's name, which may itself hold spaces and parentheses; starttime is field 22.
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, AttributeError, IndexError, ValueError):
+        return now
+    return now - max(age, 0.0)
 
 
 def refusal(error: grpc.RpcError, what: str, address: str = "its address") -> FailureError:

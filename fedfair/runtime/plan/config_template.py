@@ -54,8 +54,9 @@ _RETRY = """\
 # retry, until it has been unreachable this long; then the {party} stops. A permanent
 # failure (a certificate, a name or a plan that cannot work) stops it at once instead.
 max_wait_seconds = 900.0    # survive an aggregator restart of up to 15 minutes
-start_wait_seconds = 60.0   # an aggregator never reached (not started yet, or a wrong address):
-                            # tried every second, said every 30 s, then a clear error after this long
+start_wait_seconds = 45.0   # an aggregator never reached (not started yet, or a wrong address):
+                            # tried every second, said every 30 s, then a clear error this long
+                            # after the command; raise it when sites start well before the aggregator
 first_delay_seconds = 0.5   # the first retry's delay; each next one doubles, up to
 max_delay_seconds = 15.0    # the largest delay between two retries
 """

@@ -18,8 +18,10 @@ import pytest
 from fedfair.core.errors import BudgetReason, ConfigError, PermanentFailureError, PrivacyBudgetError, RefusedError
 from fedfair.privacy import distributed
 from fedfair.privacy.ledger import Charge, Ledger
-from fedfair.runtime.collaborator.input_record import InputRecord, fold_records
+from fedfair.privacy.ledger_people import TABLE_KEY
+from fedfair.runtime.collaborator.input_record import BoundData, InputRecord, fold_records
 from fedfair.runtime.collaborator.stored_answer import StoredAnswer
+from fedfair.runtime.failures import TABLE_CHANGED
 
 
 def record_path(tmp_path: Path) -> Path:
@@ -279,20 +281,20 @@ def version_2_record(path: Path, rounds: int) -> dict[str, object]:
 
 def test_a_version_2_record_is_folded_into_the_ledger_once(tmp_path: Path) -> None:
     """The releases a per-federation record kept count in the site's ledger: folded once, however often the
-    records are read, and the record is rewritten as version 3 without them."""
+    records are read, and the record is rewritten as version 4 without them."""
     old, other = tmp_path / "site-1.old.bindings.json", tmp_path / "site-1.other.bindings.json"
     version_2_record(old, 3)
     version_2_record(other, 2)
     ledger = ledger_of(tmp_path)
     assert fold_records(ledger, tmp_path, "site-1") == ["old", "other"]
-    assert fold_records(ledger_of(tmp_path), tmp_path, "site-1") == []  # already version 3
+    assert fold_records(ledger_of(tmp_path), tmp_path, "site-1") == []  # already version 4
     ledger = ledger_of(tmp_path)
     assert [(entry["federation"], entry["round"]) for entry in ledger.releases()] == [
         ("old", 1), ("old", 2), ("old", 3), ("other", 1), ("other", 2)
     ]  # fmt: skip
     assert ledger.spent(1e-5) == pytest.approx(distributed.epsilon([dataclasses.replace(RELEASE, steps=5)], 1e-5))
     written = json.loads(old.read_text())
-    assert written["version"] == 3 and "releases" not in written and written["charged"] == 3
+    assert written["version"] == 4 and "releases" not in written and written["charged"] == 3
     assert written["ledger"] == ledger.path.name
 
 
@@ -301,7 +303,7 @@ def test_a_version_2_record_is_folded_into_the_ledger_once(tmp_path: Path) -> No
     [
         (lambda document: document.pop("releases"), r"keys missing \['releases'\]"),
         (lambda document: document.update(version=1), r"version 1 record with keys .* unknown \[.*'releases'"),
-        (lambda document: document.update(version=7), r"version 7, this fedfair reads 1 to 3"),
+        (lambda document: document.update(version=7), r"version 7, this fedfair reads 1 to 4"),
         (lambda document: document["releases"][1].update(mu=1e300), r"release 1 of federation fed: mu = 1e\+300"),
         (lambda document: document["releases"][0].pop("delta"), r"release 0 of federation fed: missing delta"),
     ],
@@ -349,3 +351,49 @@ def test_a_record_charged_to_other_data_is_refused(tmp_path: Path) -> None:
     other = Ledger(tmp_path / "site-1.other.ledger.json", "site-1", {"csv": "/data/elsewhere.csv"})
     with pytest.raises(ConfigError, match=r"its data changed within a federation"):
         InputRecord(path, "fed", ledger=other)
+
+
+JOINED = BoundData({TABLE_KEY: "a" * 64}, "the table at /data/site-1.csv")
+"""The table a site joined with, as its record binds it."""
+EXPORTED_AGAIN = BoundData({TABLE_KEY: "b" * 64}, "the table at /data/site-1.csv")
+"""The same path holding other rows (30 patients fewer, say): another fingerprint."""
+
+
+@pytest.mark.parametrize("noised", [False, True], ids=["no-ledger", "ledger"])
+def test_a_record_refuses_a_table_other_than_the_one_it_joined_with(tmp_path: Path, noised: bool) -> None:
+    """Issue 98: the record binds the data at its first write, whatever the plan charges, and a restart on other
+    rows is `table-changed`, naming the table, both fingerprints and the fix, before the ledger's check (whose
+    message, `local-bindings` ... from a backup, would send the operator to the wrong fix)."""
+    path = record_path(tmp_path)
+    record = InputRecord(path, "fed", ledger=ledger_of(tmp_path) if noised else None, data=JOINED)
+    record.view(1, "train", "m1").keep(StoredAnswer(np.linspace(-1.0, 1.0, 8), 3.0, np.arange(8, dtype=np.uint64)))
+    assert json.loads(path.read_text())["data"] == JOINED.identity
+    assert InputRecord(path, "fed", data=JOINED).latest == 1  # the same rows: taken as they are
+    other_ledger = Ledger(tmp_path / "site-1.other.ledger.json", "site-1", EXPORTED_AGAIN.identity)
+    with pytest.raises(PermanentFailureError) as refused:
+        InputRecord(path, "fed", ledger=other_ledger if noised else None, data=EXPORTED_AGAIN)
+    message = str(refused.value)
+    assert refused.value.failure is TABLE_CHANGED, message
+    assert message.startswith(
+        "table-changed: the table at /data/site-1.csv changed since this site joined federation fed (its fingerprint "
+        f"was {'a' * 16}, it is {'b' * 16} now)"
+    ), message
+    assert "restore the table it joined with" in message and "backup" not in message
+
+
+def test_a_record_of_before_binds_the_table_it_is_opened_with(tmp_path: Path) -> None:
+    """A version 3 record (written before records bound their data) is read, and binds the data of its next
+    start at its next write: from then on other rows are refused."""
+    path = record_path(tmp_path)
+    InputRecord(path, "fed").view(1, "train", "m1").keep(
+        StoredAnswer(np.linspace(-1.0, 1.0, 8), 3.0, np.arange(8, dtype=np.uint64))
+    )
+    document = json.loads(path.read_text())
+    del document["data"]
+    path.write_text(json.dumps(document | {"version": 3}))
+    InputRecord(path, "fed", data=JOINED).view(2, "train", "m2").keep(
+        StoredAnswer(np.linspace(-1.0, 1.0, 8), 3.0, np.arange(8, dtype=np.uint64))
+    )
+    assert json.loads(path.read_text())["version"] == 4
+    with pytest.raises(PermanentFailureError, match=r"^table-changed: "):
+        InputRecord(path, "fed", data=EXPORTED_AGAIN)

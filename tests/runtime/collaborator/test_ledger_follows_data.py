@@ -23,7 +23,7 @@ from fedfair.cli import main as cli_main
 from fedfair.core.errors import PrivacyBudgetError
 from fedfair.privacy import distributed
 from fedfair.privacy.ledger import Charge, Ledger, data_digest, ledger_path
-from fedfair.runtime.collaborator.charges import data_identity, open_ledger
+from fedfair.runtime.collaborator.charges import data_identity, open_ledger, open_record
 from fedfair.runtime.collaborator.config import CollaboratorConfig, DataSettings, load_collaborator_config
 from fedfair.runtime.local.workspace import make_workspace
 from tests.federations import adult_raw_table
@@ -657,3 +657,25 @@ def test_two_tables_of_the_same_people_charged_at_once_stay_within_the_budget(
         with ThreadPoolExecutor(2) as pool:
             assert sorted(pool.map(charge, ledgers)) == ["charged", "refused"], attempt
         assert ledgers[0].spent(DELTA) == pytest.approx(ONE, rel=1e-9)
+
+
+def test_a_table_changed_since_the_site_joined_is_named_before_it_dials(
+    site: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 98 (the operator red team's finding 3): the same table exported again with 30 of its 300 rows fewer, the
+    usual re-export, shares most rows, so the ledger takes it as the same people; the federation's record, which bound
+    the table it joined with, refuses it with `table-changed`, the table and the fix, before any dial (nobody serves
+    the aggregator's address: a dial would wait) and never as `local-bindings` (restore the record from a backup)."""
+    loaded = load_collaborator_config(site)
+    assert loaded.federation is not None
+    record = open_record(loaded, loaded.federation, open_ledger(loaded))
+    record.charge(Charge("evaluate", 1, "m1", RELEASE, DELTA), 1e9)  # its first write binds the table
+    _table().iloc[30:].to_csv(site.parent / "table.csv", index=False)
+    began = time.monotonic()
+    assert cli_main(["collaborator", "start", "--config", str(site)]) == 2
+    assert time.monotonic() - began < 60.0
+    captured = capsys.readouterr()
+    (line,) = [line for line in captured.err.splitlines() if line.startswith("fedfair: error:")]
+    assert line.startswith("fedfair: error: table-changed: the table at ") and "table.csv changed since" in line, line
+    assert f"joined federation {loaded.federation} " in line and "restore the table it joined with" in line, line
+    assert "local-bindings" not in captured.err and "connecting to the aggregator" not in captured.err + captured.out
