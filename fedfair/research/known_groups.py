@@ -20,7 +20,7 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.research import stopped, stopping
-from fedfair.research.runs import row_losses, run_all
+from fedfair.research.runs import row_errors, row_losses, run_all
 from fedfair.research.study import Point, Study
 
 
@@ -39,12 +39,21 @@ def group_risks(losses: np.ndarray, groups: np.ndarray) -> dict[str, tuple[int, 
 
 
 def known_group_rows(
-    label: str, seed: int | str, losses: np.ndarray, columns: Mapping[str, np.ndarray]
+    label: str,
+    seed: int | str,
+    losses: np.ndarray,
+    columns: Mapping[str, np.ndarray],
+    errors: np.ndarray | None = None,
 ) -> list[dict[str, Any]]:
-    """``known_groups.csv``'s rows of one model: a row per (column, group), and its worst group's row marked."""
+    """``known_groups.csv``'s rows of one model: a row per (column, group), and its worst group's row marked.
+
+    The worst group is the one of highest mean loss. `errors` holds each row's 0-1 error (or its expected error, for
+    a constant that breaks ties at random); each group's ``error`` is their mean over its rows, empty without them.
+    """
     rows: list[dict[str, Any]] = []
     for column, groups in columns.items():
         risks = group_risks(losses, groups)
+        group_errors = {} if errors is None else group_risks(errors, groups)
         worst = max(risks, key=lambda group: risks[group][1])
         rows += [
             {
@@ -54,6 +63,7 @@ def known_group_rows(
                 "group": group,
                 "held_out_rows": count,
                 "risk": risk,
+                "error": group_errors[group][1] if group_errors else "",
                 "worst": group == worst,
             }
             for group, (count, risk) in risks.items()
@@ -76,6 +86,8 @@ class Reference:
     """Its ``stopped_choice.csv`` row: the point chosen, its stop, the points tried, the CPU seconds."""
     losses: list[np.ndarray]
     """Each test seed's held-out row losses, in the test rows' order."""
+    errors: list[np.ndarray | None]
+    """Each test seed's held-out row errors (`runs.row_errors`: None where the losses cannot say them)."""
 
 
 def fedminmax_reference(
@@ -111,4 +123,9 @@ def fedminmax_reference(
     runs = stopped.stopped_test_runs(told, "fedminmax", rho, chosen["fedminmax"].point, stop)
     results = run_all(runs, cache_folder, workers, f"reading {fedminmax_label(column)}")  # trained just above
     label = {"method": fedminmax_label(column)}
-    return Reference([row | label for row in held_out], choices[0] | label, [row_losses(results[run]) for run in runs])
+    return Reference(
+        [row | label for row in held_out],
+        choices[0] | label,
+        [row_losses(results[run]) for run in runs],
+        [row_errors(results[run]) for run in runs],
+    )
