@@ -11,6 +11,7 @@ of the table (`fedminmax_reference`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -129,3 +130,38 @@ def fedminmax_reference(
         [row_losses(results[run]) for run in runs],
         [row_errors(results[run]) for run in runs],
     )
+
+
+@dataclass(frozen=True)
+class WorstGroup:
+    """One model's worst known group on one column, over its seeds (`worst_group`)."""
+
+    risk: float
+    """The worst group's mean loss, each seed's worst group (highest mean loss), averaged over the seeds."""
+    groups: tuple[str, ...]
+    """Those worst groups, each once, in the seeds' order (every group where they tie, as h̄'s do)."""
+    error: float | None
+    """The highest group error rate, each seed's, averaged over the seeds; None where a seed's errors are unknown."""
+
+
+def worst_group(rows: Sequence[Mapping[str, Any]], method: str, column: str) -> WorstGroup | None:
+    """`method`'s worst known group on `column` from ``known_groups.csv``'s `rows` (as read: text); None if absent.
+
+    The worst group by risk and the worst by error may differ (a nearly flat model errs most on the group of the
+    minority label, not where its loss is highest): the error is the highest group error rate whatever its group.
+    """
+    mine = [row for row in rows if row["method"] == method and row["column"] == column]
+    seeds = sorted({str(row["seed"]) for row in mine})
+    if not seeds:
+        return None
+    risks, groups, errors = [], [], []
+    for seed in seeds:
+        of_seed = [row for row in mine if str(row["seed"]) == seed]
+        top = max(float(row["risk"]) for row in of_seed)
+        risks.append(top)
+        # h̄ ties every group (its group means differ only by summation's rounding).
+        groups += [str(row["group"]) for row in of_seed if math.isclose(float(row["risk"]), top, rel_tol=1e-12)]
+        known = [float(row["error"]) for row in of_seed if row.get("error", "") != ""]
+        errors.append(max(known) if len(known) == len(of_seed) else None)
+    error = None if None in errors else float(np.mean([value for value in errors if value is not None]))
+    return WorstGroup(float(np.mean(risks)), tuple(dict.fromkeys(groups)), error)

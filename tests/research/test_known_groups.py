@@ -13,11 +13,12 @@ import pytest
 from fedfair.core.errors import ConfigError
 from fedfair.core.objective import cvar
 from fedfair.datasets import load_dataset
-from fedfair.fairness.references import base_rate_losses
+from fedfair.fairness.references import base_rate_losses, uniform_report
 from fedfair.research import stopping
 from fedfair.research.experiment import load_federation
 from fedfair.research.flags import config_from_flags
-from fedfair.research.known_groups import fedminmax_reference, group_risks, known_group_rows
+from fedfair.research.known_groups import fedminmax_reference, group_risks, known_group_rows, worst_group
+from fedfair.research.reproduce import read_csv, write_csv
 from fedfair.research.runs import row_errors
 from fedfair.research.minimax import GroupedFederation
 from fedfair.research.paper_splits import paper_split
@@ -56,6 +57,29 @@ def test_the_base_rates_error_on_each_sex_is_that_groups_share_of_the_minority_l
     weighted = sum(row["error"] * row["held_out_rows"] for row in rows) / adult.y_test.size
     assert weighted == pytest.approx(1.0 - float(np.mean(correct)), abs=1e-12)
     assert all(row["error"] == "" for row in known_group_rows("base rate", "", losses, {"sex": sex}))
+
+
+def test_a_models_worst_known_group_is_averaged_over_its_seeds_as_the_csv_reads(tmp_path: Path) -> None:
+    # Two "seeds" of known risks: the base rate (worst on men, who are above 50K more often: its loss and its error
+    # are highest there) and h̄ (ln 2 and one half on every row, so every group ties).
+    adult = load_dataset("adult")
+    sex = adult.attributes_test["sex"]
+    losses, correct = base_rate_losses(adult.y_train, adult.y_test, 2)
+    uniform = uniform_report(2, 0.1)
+    rows = known_group_rows("model", 0, losses, {"sex": sex}, ~correct) + known_group_rows(
+        "model", 1, np.full(sex.size, uniform.mean_risk), {"sex": sex}, np.full(sex.size, uniform.mean_error)
+    )
+    rows += known_group_rows("unknown errors", 0, losses, {"sex": sex})
+    table = read_csv(write_csv(tmp_path / "known_groups.csv", rows))
+    men = sex == "Male"
+    worst = worst_group(table, "model", "sex")
+    assert worst is not None
+    assert worst.risk == pytest.approx((float(losses[men].mean()) + math.log(2)) / 2, abs=1e-12)
+    assert worst.groups == ("Male", "Female")
+    assert worst.error == pytest.approx((float(np.mean(adult.y_test[men])) + 0.5) / 2, abs=1e-12)
+    unknown = worst_group(table, "unknown errors", "sex")
+    assert unknown is not None and unknown.error is None
+    assert worst_group(table, "model", "race") is None and worst_group(table, "nobody", "sex") is None
 
 
 def kept(probabilities: list[float], classes: int, mean_error: float) -> dict[str, object]:
