@@ -2,8 +2,9 @@
 
 Reads the committed stopped choices (FOLDER/stopped_choice.csv, FOLDER/tuning.csv), finds their test runs in
 --cache (as `benchmarks/stopped_study.py --retest` leaves them, each with its rows' losses) and writes
-FOLDER/known_groups.csv: a row per (method, seed, column, group) with the group's held-out rows and mean loss, its
-worst group marked, h̄ and the base rate on the same rows. No group column was used in training (the sites are the
+FOLDER/known_groups.csv: a row per (method, seed, column, group) with the group's held-out rows, mean loss and error
+rate (read off the kept losses where the model has two classes, `runs.row_errors`; empty otherwise), its worst group
+marked, h̄ and the base rate on the same rows. No group column was used in training (the sites are the
 partition's, which may be one of the columns: Adult's and Census-Income's sites are its race groups). Trains
 nothing for the stopped methods: one whose test runs are not in the cache keeps the rows FOLDER/known_groups.csv
 had, said on stdout, as does every column not in --columns.
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedfair.fairness.references import BASE_RATE, UNIFORM, base_rate_losses, uniform_risk
+from fedfair.fairness.references import BASE_RATE, UNIFORM, base_rate_losses, uniform_report
 from fedfair.research import stopped, stopping
 from fedfair.research.experiment import held_out_columns
 from fedfair.research.flags import config_from_flags
@@ -34,7 +35,7 @@ from fedfair.research.known_groups import fedminmax_label, fedminmax_reference, 
 from fedfair.research.paper_splits import paper_split
 from fedfair.research.profiles import PROFILES, TABLE_RHO
 from fedfair.research.reproduce import read_csv, write_csv
-from fedfair.research.runs import federation_for, row_losses, run_all
+from fedfair.research.runs import federation_for, row_errors, row_losses, run_all
 from fedfair.research.study import METHOD_LABELS, Study
 
 METHODS = ("fedsrcvar", "fedavg", "fedavgm", "propfair", "term", "deltafl")
@@ -80,7 +81,9 @@ def main() -> None:
             continue
         results = run_all(runs, args.cache, 1, f"reading {METHOD_LABELS[method]}")
         for seed, run in enumerate(runs):
-            rows += known_group_rows(METHOD_LABELS[method], seed, row_losses(results[run]), columns)
+            rows += known_group_rows(
+                METHOD_LABELS[method], seed, row_losses(results[run]), columns, row_errors(results[run])
+            )
         read.add(METHOD_LABELS[method])
     if args.fedminmax is not None:
         ceilings = tuple(int(rounds) for rounds in args.ceilings.split(","))
@@ -93,8 +96,8 @@ def main() -> None:
             )
             held_out += reference.held_out
             choices.append(reference.choice)
-            for seed, losses in enumerate(reference.losses):
-                rows += known_group_rows(fedminmax_label(name), seed, losses, columns)
+            for seed, (losses, errors) in enumerate(zip(reference.losses, reference.errors, strict=True)):
+                rows += known_group_rows(fedminmax_label(name), seed, losses, columns, errors)
             read.add(fedminmax_label(name))
         told = {fedminmax_label(name) for name in names}
         for name, fresh in (("fedminmax.csv", held_out), ("fedminmax_choice.csv", choices)):
@@ -105,16 +108,26 @@ def main() -> None:
                 else []
             )
             write_csv(args.folder / name, fresh + kept)
-    # A committed row not measured again stays: another method's, or another column's.
+    # A committed row not measured again stays: another method's, or another column's (its error empty if it had none).
     measured = read | {UNIFORM, BASE_RATE}
-    rows += [row for row in committed if row["method"] not in measured or row["column"] not in names]
+    rows += [
+        row | {"error": row.get("error", "")}
+        for row in committed
+        if row["method"] not in measured or row["column"] not in names
+    ]
     # The constants on the same rows.
     federation = federation_for(first.flags, "test")
     labels = federation.pooled("test").labels.numpy()
-    uniform = np.full(labels.size, uniform_risk(federation.num_classes))
-    rows += known_group_rows(UNIFORM, "", uniform, columns)
-    base, _ = base_rate_losses(federation.pooled("train").labels.numpy(), labels, federation.num_classes)
-    rows += known_group_rows(BASE_RATE, "", base, columns)
+    uniform = uniform_report(federation.num_classes, args.rho)
+    rows += known_group_rows(
+        UNIFORM,
+        "",
+        np.full(labels.size, uniform.mean_risk),
+        columns,
+        np.full(labels.size, uniform.mean_error),  # a random pick among its tied classes
+    )
+    base, correct = base_rate_losses(federation.pooled("train").labels.numpy(), labels, federation.num_classes)
+    rows += known_group_rows(BASE_RATE, "", base, columns, ~correct)
     write_csv(args.folder / "known_groups.csv", rows)
 
 

@@ -63,7 +63,8 @@ def test_a_dp_table_is_its_studys_dp_test_runs_with_fedsrcvar_among_them(
     expected = dp_table.dp_rows(list(documents(DP_TABLES[folder]).values()))
     assert [row["method"] for row in rows] == [row["method"] for row in expected]
     for row, wanted in zip(rows, expected, strict=True):
-        assert float(row["held_out_worst_risk"]) == wanted["held_out_worst_risk"]
+        for figure in ("held_out_worst_risk", "held_out_mean_risk", "held_out_accuracy"):
+            assert float(row[figure]) == wanted[figure]
         assert (float(row["rho"]), float(row["epsilon"]), int(row["seed"])) == (
             wanted["rho"],
             wanted["epsilon"],
@@ -72,6 +73,10 @@ def test_a_dp_table_is_its_studys_dp_test_runs_with_fedsrcvar_among_them(
     fedsrcvar = [row for row in rows if row["method"] == "FedSRCVaR"]
     assert fedsrcvar and {(row["rho"], row["epsilon"]) for row in fedsrcvar} == {("0.1", "1.0")}
     assert all(math.isfinite(float(row["held_out_worst_risk"])) for row in rows)
+    # Log loss bounds the error: a row misclassified has its true class at or below one half, so loses ln 2 or
+    # more (two classes), and the mean risk is at least ln 2 times the error rate.
+    for row in rows:
+        assert float(row["held_out_mean_risk"]) >= math.log(2) * (1.0 - float(row["held_out_accuracy"]))
 
 
 @pytest.mark.parametrize("folder", COMMITTED)

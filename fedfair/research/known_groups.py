@@ -11,6 +11,7 @@ of the table (`fedminmax_reference`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ import numpy as np
 
 from fedfair.core.errors import ConfigError
 from fedfair.research import stopped, stopping
-from fedfair.research.runs import row_losses, run_all
+from fedfair.research.runs import row_errors, row_losses, run_all
 from fedfair.research.study import Point, Study
 
 
@@ -39,12 +40,21 @@ def group_risks(losses: np.ndarray, groups: np.ndarray) -> dict[str, tuple[int, 
 
 
 def known_group_rows(
-    label: str, seed: int | str, losses: np.ndarray, columns: Mapping[str, np.ndarray]
+    label: str,
+    seed: int | str,
+    losses: np.ndarray,
+    columns: Mapping[str, np.ndarray],
+    errors: np.ndarray | None = None,
 ) -> list[dict[str, Any]]:
-    """``known_groups.csv``'s rows of one model: a row per (column, group), and its worst group's row marked."""
+    """``known_groups.csv``'s rows of one model: a row per (column, group), and its worst group's row marked.
+
+    The worst group is the one of highest mean loss. `errors` holds each row's 0-1 error (or its expected error, for
+    a constant that breaks ties at random); each group's ``error`` is their mean over its rows, empty without them.
+    """
     rows: list[dict[str, Any]] = []
     for column, groups in columns.items():
         risks = group_risks(losses, groups)
+        group_errors = {} if errors is None else group_risks(errors, groups)
         worst = max(risks, key=lambda group: risks[group][1])
         rows += [
             {
@@ -54,6 +64,7 @@ def known_group_rows(
                 "group": group,
                 "held_out_rows": count,
                 "risk": risk,
+                "error": group_errors[group][1] if group_errors else "",
                 "worst": group == worst,
             }
             for group, (count, risk) in risks.items()
@@ -76,6 +87,8 @@ class Reference:
     """Its ``stopped_choice.csv`` row: the point chosen, its stop, the points tried, the CPU seconds."""
     losses: list[np.ndarray]
     """Each test seed's held-out row losses, in the test rows' order."""
+    errors: list[np.ndarray | None]
+    """Each test seed's held-out row errors (`runs.row_errors`: None where the losses cannot say them)."""
 
 
 def fedminmax_reference(
@@ -111,4 +124,44 @@ def fedminmax_reference(
     runs = stopped.stopped_test_runs(told, "fedminmax", rho, chosen["fedminmax"].point, stop)
     results = run_all(runs, cache_folder, workers, f"reading {fedminmax_label(column)}")  # trained just above
     label = {"method": fedminmax_label(column)}
-    return Reference([row | label for row in held_out], choices[0] | label, [row_losses(results[run]) for run in runs])
+    return Reference(
+        [row | label for row in held_out],
+        choices[0] | label,
+        [row_losses(results[run]) for run in runs],
+        [row_errors(results[run]) for run in runs],
+    )
+
+
+@dataclass(frozen=True)
+class WorstGroup:
+    """One model's worst known group on one column, over its seeds (`worst_group`)."""
+
+    risk: float
+    """The worst group's mean loss, each seed's worst group (highest mean loss), averaged over the seeds."""
+    groups: tuple[str, ...]
+    """Those worst groups, each once, in the seeds' order (every group where they tie, as h̄'s do)."""
+    error: float | None
+    """The highest group error rate, each seed's, averaged over the seeds; None where a seed's errors are unknown."""
+
+
+def worst_group(rows: Sequence[Mapping[str, Any]], method: str, column: str) -> WorstGroup | None:
+    """`method`'s worst known group on `column` from ``known_groups.csv``'s `rows` (as read: text); None if absent.
+
+    The worst group by risk and the worst by error may differ (a nearly flat model errs most on the group of the
+    minority label, not where its loss is highest): the error is the highest group error rate whatever its group.
+    """
+    mine = [row for row in rows if row["method"] == method and row["column"] == column]
+    seeds = sorted({str(row["seed"]) for row in mine})
+    if not seeds:
+        return None
+    risks, groups, errors = [], [], []
+    for seed in seeds:
+        of_seed = [row for row in mine if str(row["seed"]) == seed]
+        top = max(float(row["risk"]) for row in of_seed)
+        risks.append(top)
+        # h̄ ties every group (its group means differ only by summation's rounding).
+        groups += [str(row["group"]) for row in of_seed if math.isclose(float(row["risk"]), top, rel_tol=1e-12)]
+        known = [float(row["error"]) for row in of_seed if row.get("error", "") != ""]
+        errors.append(max(known) if len(known) == len(of_seed) else None)
+    error = None if None in errors else float(np.mean([value for value in errors if value is not None]))
+    return WorstGroup(float(np.mean(risks)), tuple(dict.fromkeys(groups)), error)

@@ -122,6 +122,24 @@ def row_losses(result: Mapping[str, Any]) -> np.ndarray:
     return np.frombuffer(base64.b64decode(result["row_losses"]), dtype="<f4")
 
 
+def row_errors(result: Mapping[str, Any]) -> np.ndarray | None:
+    """The held-out rows' 0-1 errors, read off the losses a two-class run kept; None where they cannot be.
+
+    With two classes the model predicts the class whose probability is above ½, so a row is an error exactly
+    where its true class's probability is below ½: where its loss, -ln p, is above ln 2. With more classes a loss
+    above ln 2 does not say which class won, so a run of more than two classes reads None; so does one whose
+    errors so read do not count its own error rate's (a tie at ½ that the losses' float32 rounding hides).
+
+    Raises:
+        ConfigError: the run did not keep its row losses.
+    """
+    losses = row_losses(result).astype(np.float64)
+    if int(result["classes"]) != 2:
+        return None
+    errors = losses > math.log(2.0)
+    return errors if int(errors.sum()) == round(float(result["mean_error"]) * losses.size) else None
+
+
 def judged_at(result: Mapping[str, Any], rho: float) -> Mapping[str, Any]:
     """A run's held-out report at `rho`: its own (the run's --rho) or one of its extra rhos."""
     if math.isclose(float(result["rho"]), rho) or "diverged" in result:  # a diverged run is NaN at every rho
