@@ -93,10 +93,12 @@ MAY_NAME_EVERY_STAGE = frozenset(
         "fedfair/secagg/wire.py",
         "fedfair/secagg/client.py",
         "fedfair/secagg/server.py",
+        "fedfair/secagg/bystander.py",
     }
 )
-"""The modules that may name five or more stages: the declaration, the messages, the header's stage enum, and the
-party's and the server's state machines."""
+"""The modules that may name five or more stages: the declaration, the messages, the header's stage enum, the
+party's and the server's state machines, and the bystander's check of a past round (a site that missed it checks
+each stage's kept input as a survivor would)."""
 
 
 def stages_named(source: str) -> set[str]:
