@@ -123,7 +123,7 @@ def test_the_refusal_exits_with_its_own_status(
     shutil.copy(CONFIG_TEMPLATE, tmp_path / "collaborator.toml")
 
     class Refusing:
-        def __init__(self, config: CollaboratorConfig, reset_state: bool) -> None:
+        def __init__(self, config: CollaboratorConfig, reset_state: bool, started: float | None = None) -> None:
             self.config = config
 
         def run(self) -> int:
