@@ -186,7 +186,13 @@ def dp_weight_rows(root: Path, book: RowBook) -> None:
                     root / f"dp-{rows}",
                     secure=False,
                     rounds=2,
-                    plan={"training": {"batch_fraction": 0.5}, "influence": {"weights": "declared", "sizes": sizes}},
+                    plan={
+                        "training": {"batch_fraction": 0.5},
+                        "influence": {"weights": "declared", "sizes": sizes},
+                        # The row is about the weight, not the budget: sigma 1 at q = 0.5 spends past the plan's
+                        # default budget (10) in round 2, which now binds local DP-SGD too and would stop site-b.
+                        "privacy": {"budget": 1000.0},
+                    },
                     data=data,
                     names=names,
                     privacy=privacy,

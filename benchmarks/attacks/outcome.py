@@ -8,9 +8,10 @@ sites in threads, under a secure-aggregation plan of three rounds:
 - forged bundle: the aggregator drops the target's masked update unseen in every training round (so no sum
   holds it, and the target signs no survivor set) and offers it the federation's own model under
   federation id ``fed``, its provenance saying every site contributed to every round (the attack that was
-  stored and logged "3 of 3", exit 0). Having verified no sum, it checks no model after round 1 (issue 79):
-  it sits rounds 2 and 3 out, so only round 1's update is dropped, and it must exit 2 with ``model-unchecked``,
-  keep no bundle, and count 0 of 3 from its own record;
+  stored and logged "3 of 3", exit 0). It catches up on each round its update was dropped from (issue 98: it
+  checks that round's sum from the kept inputs and steps its chain), so it checks every model, takes part in
+  every round (each update dropped again), and must refuse the bundle by its federation (``bundle-refused``),
+  keep nothing, and count 0 of 3 from its own record;
 - tampered bundle: the target takes part in every round and is offered this federation's bundle with
   one weight moved one ulp: refused, naming the weights that differ and by how much, nothing kept;
 - substituted output model: the aggregator serves, for the final evaluation and in its bundle alike, the
@@ -215,13 +216,12 @@ REFUSED = (
         f"forged bundle: {TARGET} (a real process) whose masked update the aggregator drops unseen in every training "
         f"round (no sum holds it) is offered at FINISHED this federation's model under federation id "
         f"'{FORGED_FEDERATION}', its provenance saying every site contributed to all {ROUNDS} rounds",
-        f"exit status 2 with model-unchecked from round 2 on (it verified no sum, so it checks and trains on no later "
-        f"model, issue 79), no bundle kept, and the closing line counting 0 of {ROUNDS} rounds from {TARGET}'s own "
-        "record",
-        "from round 2 on",
+        f"exit status 2 with bundle-refused naming the federation (it caught up on every round its update was "
+        f"dropped from, issue 98, so it checked every model), no bundle kept, and the closing line counting 0 of "
+        f"{ROUNDS} rounds from {TARGET}'s own record",
+        f"the bundle is a model of federation '{FORGED_FEDERATION}'",
         change=another_federation,
         drop_target=True,
-        failure="model-unchecked",
     ),
     RefusedCase(
         "tampered",
@@ -259,8 +259,8 @@ def refused_row(root: Path, book: RowBook, case: RefusedCase) -> None:
             and case.failure in run.error_line
             and case.named in run.error_line
             and run.kept is None
-            # A target whose round 1 was dropped checks no later model: it sits the rest out (issue 79).
-            and len(run.dropped) == (1 if case.drop_target else 0)
+            # A target whose update is dropped catches up on that round and takes part in the next (issue 98).
+            and len(run.dropped) == (ROUNDS if case.drop_target else 0)
             # The chain refuses a substituted output model when it is sent to evaluate: no closing line follows.
             and (case.substitute or closing_count(run) == f"{counted} of {ROUNDS}")
             and len(run.offered.offered) == 1,
