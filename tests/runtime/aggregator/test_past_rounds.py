@@ -82,3 +82,11 @@ def test_without_a_folder_nothing_is_kept(tmp_path: Path) -> None:
     kept = PastRounds(None)
     run_round(kept, 1)
     assert kept.kept() == [] and kept.input(binding(1, 1)) is None
+
+
+def test_a_resumed_aggregator_serves_the_rounds_kept_before(tmp_path: Path) -> None:
+    run_round(PastRounds(tmp_path), 1)
+    resumed = PastRounds(tmp_path)
+    assert resumed.kept() == [1] and resumed.keeps(binding(1, 1)) and resumed.input(binding(1, 1)) == b"parameters 1"
+    assert not resumed.keeps(binding(2, 1)) and not resumed.keeps(binding(1, 1, pb.STAGE_EVALUATE))
+    assert not resumed.keeps(binding(1, 0))
