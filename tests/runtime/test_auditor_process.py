@@ -45,7 +45,7 @@ from fedfair.runtime.auditor.config import (
 from fedfair.runtime.auditor.process import AuditorProcess
 from fedfair.runtime.collaborator.kinds.bounded import bounded_encoding
 from fedfair.runtime.collaborator.preparation import plan_change
-from fedfair.runtime.collaborator.retries import DEFAULT_RETRY_POLICY, RetryPolicy
+from fedfair.runtime.collaborator.retries import DEFAULT_RETRY_POLICY, RetryPolicy, process_started
 from fedfair.runtime.collaborator.stage_steps import round_steps
 from fedfair.runtime.collaborator.steps import Work
 from fedfair.runtime.contract import ACCEPTED
@@ -349,6 +349,25 @@ def test_the_auditors_first_answer_wait_counts_from_its_command_as_a_sites(feder
     assert message.startswith("aggregator-never-answered: nothing answered at 127.0.0.1:9 for "), message
     waited = re.search(r"for (\d+) s since", message)
     assert waited is not None and 30 <= int(waited[1]) < 40, message
+
+
+def test_the_auditor_command_counts_the_wait_from_the_process_start(
+    federation: Path,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`fedfair auditor start` passes its process's start: with a wait shorter than this process has run, its first
+    refused dial ends it, naming at least the process's age (counted from the dial, it named 0 s)."""
+    folder = federation / AUDITOR
+    (folder / "auditor.toml").write_text(
+        f'[auditor]\nname = "{AUDITOR}"\naggregator = "127.0.0.1:9"\nmanifest = "../manifest.toml"\n'
+        f'[certificates]\ndir = "../ca"\nkey = "../{AUDITOR}/{AUDITOR}.key"\n[retry]\nstart_wait_seconds = 0.001\n'
+    )
+    age = time.monotonic() - process_started()
+    assert age >= 1.0  # this test process imported gRPC and numpy: the named seconds tell the clocks apart
+    assert cli.main(["auditor", "start", "--config", str(folder / "auditor.toml")]) == 2
+    error = capsys.readouterr().err
+    waited = re.search(r"aggregator-never-answered: nothing answered at 127\.0\.0\.1:9 for (\d+) s", error)
+    assert waited is not None and int(waited[1]) >= int(age), (age, error)
 
 
 def test_a_folder_restored_in_part_is_refused_before_the_auditor_dials(federation: Path) -> None:  # noqa: F811
