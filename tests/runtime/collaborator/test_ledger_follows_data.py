@@ -534,7 +534,12 @@ def test_dp_sgd_steps_follow_the_people_into_a_fresh_folder(
 
 def test_fingerprinting_adults_rows_stays_under_the_issues_1_8_seconds(tmp_path: Path) -> None:
     """Opening the ledger of Adult's 32,561 rows (read, fingerprint, keyed row digests, matched against a ledger of
-    the same people) took 1.8 s before the people were matched; it stays under that (best of three, fresh each)."""
+    the same people) took 1.8 s before the people were matched; it stays under that (best of three, fresh each).
+
+    CPU seconds of this process (every thread's), not wall seconds: the work is the product's, the wait for a core
+    is the machine's. At a load average of 4.4 on 2 cores one opening took 0.54 to 0.71 s of wall time for 0.27 s of
+    CPU; under `make test` (three jobs beside two workers) the wall time of the best of three could pass 1.8 s with
+    no change to the code."""
     import time
 
     from fedfair.runtime.collaborator import table_fingerprint
@@ -547,10 +552,10 @@ def test_fingerprinting_adults_rows_stays_under_the_issues_1_8_seconds(tmp_path:
     took = []
     for _ in range(3):
         table_fingerprint._SEEN.clear()
-        started = time.perf_counter()
+        started = time.process_time()
         ledger = open_ledger(config)
         assert ledger.spent(DELTA) == pytest.approx(ONE)
-        took.append(time.perf_counter() - started)
+        took.append(time.process_time() - started)
     assert min(took) < 1.8, took
 
 
