@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import socket
 import time
 from collections.abc import Mapping, Sequence
@@ -16,8 +17,31 @@ from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, shared_co
 from fedfair.runtime.plan.input_bound import TWO_VERIFIERS
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+"""Where Linux keeps the ports it hands out to outgoing connections."""
+
+LISTENING_FLOOR = 10_000
+"""The lowest port :func:`free_port` picks: above the well-known and most registered services' ports."""
+
+
 def free_port() -> int:
-    """A port nobody listens on right now (the aggregator binds it a moment later)."""
+    """A loopback port nobody listens on right now (the aggregator binds it a moment later).
+
+    Picked below the kernel's ephemeral range when it leaves room: a port from that range can be handed to any
+    outgoing connection (every gRPC dial takes one) between this probe and the aggregator's bind, a port below it
+    only to another listener. Falls back to a port the kernel picks.
+    """
+    low = 32_768
+    if EPHEMERAL_RANGE.is_file():
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    for _ in range(64) if low - LISTENING_FLOOR > 1_000 else ():
+        port = LISTENING_FLOOR + secrets.randbelow(low - LISTENING_FLOOR)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))  # refused while anyone holds it, gRPC's SO_REUSEPORT listeners too
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
