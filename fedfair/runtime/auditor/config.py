@@ -24,7 +24,7 @@ from fedfair.core.errors import ConfigError, ManifestError
 from fedfair.core.tables import ADDRESS_RE, Table, check_sections, read_toml
 from fedfair.pki.names import validate_name
 from fedfair.runtime.collaborator.config import DEFAULT_IDLE_TIMEOUT_SECONDS, retry_policy
-from fedfair.runtime.collaborator.retries import DEFAULT_RETRY_POLICY, RetryPolicy
+from fedfair.runtime.peer.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from fedfair.runtime.manifest import (
     UNPINNED_PLAN_WARNING,
     Manifest,

@@ -25,7 +25,7 @@ from fedfair.core.config import FACTORY_PATH
 from fedfair.pki.names import FEDERATION_ID_RE, validate_name
 from fedfair.privacy.config import MODES, PrivacyConfig
 from fedfair.runtime.collaborator.consent import REFUSE_AUDITORS, read_refused_auditors
-from fedfair.runtime.collaborator.retries import DEFAULT_RETRY_POLICY, RetryPolicy
+from fedfair.runtime.peer.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from fedfair.runtime.observe.endpoint import SECTION as MONITORING, MonitoringSettings, parse_monitoring
 from fedfair.runtime.manifest import NO_MANIFEST_WARNING, UNPINNED_PLAN_WARNING, Manifest, load_manifest
 from fedfair.core.tables import (

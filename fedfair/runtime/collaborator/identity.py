@@ -16,7 +16,7 @@ from fedfair import pki
 from fedfair.core.errors import ConfigError, PermanentFailureError
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.collaborator.config import CollaboratorConfig
-from fedfair.runtime.collaborator.retries import Target, mismatched_ca
+from fedfair.runtime.peer.retries import Target, mismatched_ca
 from fedfair.runtime.failures import LOCAL_CERTIFICATES, LOCAL_MANIFEST
 from fedfair.runtime.manifest import check_certificate
 from fedfair.runtime.manifest_update import LiveManifest

@@ -29,14 +29,14 @@ from fedfair.core.models import flat_parameters
 from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.statistics import noised_statistics_vector, statistics_vector
 from fedfair.runtime.collaborator.charges import open_ledger, open_record
-from fedfair.runtime.collaborator.connection import get_plan
+from fedfair.runtime.peer.connection import get_plan
 from fedfair.runtime.collaborator.consent import check_input_bound
 from fedfair.runtime.collaborator.input_record import InputRecord
 from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.identity import Identity
 from fedfair.runtime.collaborator.receipt import federation_file
-from fedfair.runtime.collaborator.retries import Backoff
+from fedfair.runtime.peer.retries import Backoff
 from fedfair.runtime.collaborator.steps import Participant
 from fedfair.runtime.collaborator.trainer import (
     LocalData,

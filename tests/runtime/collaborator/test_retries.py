@@ -25,7 +25,7 @@ from fedfair.core.errors import PermanentFailureError
 from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.collaborator.retries import START_POLL_SECONDS, Backoff, RetryPolicy, Target, probe
+from fedfair.runtime.peer.retries import START_POLL_SECONDS, Backoff, RetryPolicy, Target, probe
 from fedfair.runtime.failures import (
     AGGREGATOR_NAME_MISMATCH,
     AGGREGATOR_NOT_TRUSTED,

@@ -3,8 +3,8 @@
 A :class:`Connection` is composed with a :class:`Follower`, the participant it follows the task stream for
 (:class:`~fedfair.runtime.collaborator.client.Collaborator`, or the auditor's
 :class:`~fedfair.runtime.auditor.process.AuditorProcess`): it dials a new mutual-TLS channel per connection,
-waits the back-off of :mod:`fedfair.runtime.collaborator.retries` between connections, ends a connection the
-aggregator left silent (:mod:`fedfair.runtime.collaborator.watchdog`), and hands each task to the follower's
+waits the back-off of :mod:`fedfair.runtime.peer.retries` between connections, ends a connection the
+aggregator left silent (:mod:`fedfair.runtime.peer.watchdog`), and hands each task to the follower's
 :meth:`Follower.handle`. What a task computes is the follower's; the connection lends it, while a connection
 is open, the executor its round jobs run on (:attr:`Connection.jobs`), the watchdog and the line budget.
 """
@@ -20,9 +20,9 @@ from typing import Any, Generic, Protocol, TypeVar
 import grpc
 
 from fedfair.core.errors import FailureError
-from fedfair.runtime.collaborator.retries import Backoff
-from fedfair.runtime.collaborator.uplink import RPC_SECONDS, federation_stub
-from fedfair.runtime.collaborator.watchdog import Watchdog
+from fedfair.runtime.peer.retries import Backoff
+from fedfair.runtime.peer.uplink import RPC_SECONDS, federation_stub
+from fedfair.runtime.peer.watchdog import Watchdog
 from fedfair.runtime.contract import STREAM_ACCEPTED, aggregations
 from fedfair.runtime.failures import CONNECTION_LOST, wire_version_mismatch
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
