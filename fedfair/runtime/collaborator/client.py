@@ -29,7 +29,7 @@ from fedfair.datasets.encoder import Encoder as TableEncoder
 from fedfair.runtime.collaborator import answers
 from fedfair.runtime.collaborator.charges import Charges, open_ledger, open_record
 from fedfair.runtime.collaborator.config import CollaboratorConfig
-from fedfair.runtime.peer.connection import Connection
+from fedfair.runtime.peer.connection import Connection, plan_change
 from fedfair.runtime.collaborator.identity import check_identity
 from fedfair.runtime.collaborator.preparation import (
     Joined,
@@ -37,7 +37,6 @@ from fedfair.runtime.collaborator.preparation import (
     as_participant,
     encode_table,
     join,
-    plan_change,
     prepare,
     say_joined,
 )

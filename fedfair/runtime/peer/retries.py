@@ -1,4 +1,4 @@
-"""How a collaborator tells a passing fault from a permanent one, and waits out the passing ones.
+"""How a party dialling the aggregator tells a passing fault from a permanent one, and waits out the passing ones.
 
 Transient failures are retried with jittered exponential back-off, one log line per retry, until
 the outage has lasted ``[retry] max_wait_seconds``. Before the aggregator has answered once it is
@@ -20,7 +20,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -29,6 +29,7 @@ import grpc
 from cryptography import x509
 
 from fedfair.core.errors import FailureError, PermanentFailureError
+from fedfair.core.tables import Table
 from fedfair.runtime.failures import (
     CERTIFICATE_EXPIRED,
     CERTIFICATE_NOT_FEDERATIONS,
@@ -107,6 +108,27 @@ class RetryPolicy:
 
 
 DEFAULT_RETRY_POLICY = RetryPolicy()
+
+RETRY_KEYS = ("max_wait_seconds", "start_wait_seconds", "first_delay_seconds", "max_delay_seconds")
+"""The keys of [retry]: RetryPolicy's bounds in time (an outage; an aggregator never reached), first and largest delay."""
+
+
+def retry_policy(source: str, data: Mapping[str, object]) -> RetryPolicy:
+    """[retry] of a collaborator's or the auditor's file: how long an unreachable aggregator is waited for.
+
+    Also the back-off's first and largest delay; the defaults stand where a key or the section is left out.
+    """
+    t = Table.of(source, data, "retry", RETRY_KEYS)
+    d = DEFAULT_RETRY_POLICY
+    max_wait = t.number("max_wait_seconds", d.max_wait_seconds, check=lambda x: x > 0, expected="seconds > 0")
+    start_wait = t.number("start_wait_seconds", d.start_wait_seconds, check=lambda x: x > 0, expected="seconds > 0")
+    first = t.number("first_delay_seconds", d.base_seconds, check=lambda x: x > 0, expected="seconds > 0")
+    largest = t.number("max_delay_seconds", d.cap_seconds, check=lambda x: x > 0, expected="seconds > 0")
+    if largest < first:
+        t.fail(f"[retry] max_delay_seconds = {largest:g} is below first_delay_seconds = {first:g}; raise it")
+    return RetryPolicy(
+        max_wait_seconds=max_wait, start_wait_seconds=start_wait, base_seconds=first, cap_seconds=largest
+    )
 
 
 @dataclass(frozen=True)
