@@ -44,7 +44,7 @@ def check_identity(config: CollaboratorConfig) -> Identity:
     except ConfigError as error:
         # A certificate that does not verify against ca.crt: the aggregator's tells which of the two is wrong.
         target = Target(config.aggregator, files, config.aggregator_name)
-        raise mismatched_ca(target) or PermanentFailureError(
+        raise mismatched_ca(target, "collaborator") or PermanentFailureError(
             LOCAL_CERTIFICATES, reason=error, config=config.source
         ) from None
     if certified != config.name:

@@ -3,8 +3,8 @@
 Transient failures are retried with jittered exponential back-off, one log line per retry, until
 the outage has lasted ``[retry] max_wait_seconds``. Before the aggregator has answered once it is
 tried every second at most, with one console line, until ``[retry] start_wait_seconds``, then
-:data:`~fedfair.runtime.failures.NEVER_ANSWERED`. The wait ends early when the collaborator is
-asked to stop; nothing waits on a fixed sleep. A permanent failure raises
+:data:`~fedfair.runtime.failures.NEVER_ANSWERED`. The wait ends early when the party (a collaborator, the
+auditor) is asked to stop; nothing waits on a fixed sleep. A permanent failure raises
 :class:`~fedfair.core.errors.PermanentFailureError` at once.
 
 Why: docs/design.md, "Inside the collaborator".
@@ -192,22 +192,22 @@ def probe(target: Target, timeout: float = PROBE_SECONDS) -> FailureError | None
     return None
 
 
-def mismatched_ca(target: Target, timeout: float = PROBE_SECONDS) -> PermanentFailureError | None:
-    """Which file is wrong when this collaborator's certificate does not verify against its ca.crt; None: unknown.
+def mismatched_ca(target: Target, role: str, timeout: float = PROBE_SECONDS) -> PermanentFailureError | None:
+    """Which file is wrong when this party's certificate (for `role`) does not verify against its ca.crt; None: unknown.
 
     Either ca.crt is not the federation's (a wrong CA file) or the certificate is not from the federation's CA
     (a rogue or stray one). The aggregator's certificate tells them apart: read without verifying (nothing is
     sent), it verifies against a ca.crt that is the federation's, and shares its issuer with a certificate from
     the federation's CA. None when the aggregator cannot be reached or neither holds.
     """
-    from cryptography import x509  # not loaded by a collaborator whose files are right
+    from cryptography import x509  # not loaded by a party whose files are right
 
     from fedfair import pki
     from fedfair.core.errors import ConfigError
 
     try:
         ca, own = pki.load_certificate(target.files.ca), pki.load_certificate(target.files.cert)
-        pki.verify_certificate(own, ca, "collaborator")
+        pki.verify_certificate(own, ca, role)
     except pki.CertificateError:
         pass  # the mismatch this tells apart
     except ConfigError:
@@ -290,7 +290,7 @@ def classify(error: grpc.RpcError, what: str, target: Target, certified_name: st
 
 
 class Backoff:
-    """One collaborator's retries: classify each failure, stop on a permanent one, wait out the others.
+    """One party's retries: classify each failure, stop on a permanent one, wait out the others.
 
     `stop` (set from another thread) cuts a wait short.
     """

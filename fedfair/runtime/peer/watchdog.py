@@ -1,13 +1,13 @@
 """A wait on the aggregator that says so and ends: the idle watchdog of a collaborator or the auditor.
 
-While a collaborator follows the task stream it waits on the aggregator: for the next
+While a party (a collaborator, the auditor) follows the task stream it waits on the aggregator: for the next
 task, for a model or a stage's input to download, for the aggregator to come back. An
 aggregator that stays up and sends nothing would hold it forever. :class:`Watchdog` counts
 the seconds since the last progress (a task carried out); every ``report_seconds`` of a wait
-it logs one line saying what it waits for and for how long, and once the wait reaches
-``[collaborator] idle_timeout_seconds`` it calls its ``expire`` callback (the task stream closes
-its channel, which ends every RPC on it at once) and holds the failure the collaborator then
-exits with, ``aggregator-silent``. Time spent on this collaborator's own work (training,
+it logs one line saying what it waits for and for how long, and once the wait reaches its file's
+``idle_timeout_seconds`` it calls its ``expire`` callback (the task stream closes
+its channel, which ends every RPC on it at once) and holds the failure the party then
+exits with, ``aggregator-silent``. Time spent on the party's own work (training,
 encoding) is not waiting: the aggregator then waits for it, not the other way round.
 """
 
@@ -45,7 +45,7 @@ def idle_timeout(section: Table) -> float:
 
 
 class Watchdog:
-    """Times one collaborator's waits on the aggregator; see the module's notes. Thread-safe."""
+    """Times one party's waits on the aggregator; see the module's notes. Thread-safe."""
 
     def __init__(
         self,
