@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 from attacks.federation import plan_sections
 from attacks.ledger import PROCESSES, Quiet
@@ -26,8 +27,8 @@ from attacks.rows import RowBook
 from attacks.site_processes import wait_while_sites_run
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.faults import VARIABLE as FAULT
-from fedfair.runtime.local.processes import start_aggregator, start_collaborator
-from fedfair.runtime.local.workspace import make_workspace
+from fedfair.runtime.local.processes import Child, start_aggregator, start_collaborator
+from fedfair.runtime.local.workspace import Workspace, make_workspace
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 
 THREE = ("site-a", "site-b", "site-c")
@@ -59,18 +60,7 @@ def leaving_row(where: Path, book: RowBook, *, noised: bool) -> None:
         if noised:
             sections["privacy"] = {"mode": "distributed", "epsilon": 3.0, "report_epsilon": 1.0}
             del sections["influence"]  # declared sizes (the workspace's), which distributed noise needs
-        workspace = make_workspace(where, THREE, plan=sections)
-        output = load_aggregator_plan(workspace.plan).aggregator.output
-        aggregator = start_aggregator(workspace, sink=Quiet())
-        children = {name: start_collaborator(workspace, name, env=KILLED if name == LOST else None, sink=Quiet())
-                    for name in THREE}  # fmt: skip
-        try:
-            status = {"aggregator": wait_while_sites_run(aggregator, children, PROCESS_SECONDS)}
-            status.update({name: children[name].wait(patient(60.0)) for name in THREE})
-        finally:
-            for child in (aggregator, *children.values()):
-                child.kill()
-        records = read_round_log(output)
+        workspace, status, records, _ = ran_with_lost_site(where, sections, restarted=False)
         applied = [record["round"] for record in records if record["status"] == "applied"]
         aborted = [record["round"] for record in records if record["status"] != "applied"]
         without = [record["round"] for record in records if LOST not in record.get("contributors", [])]
@@ -100,20 +90,7 @@ def returning_row(where: Path, book: RowBook) -> None:
         PROCESSES,
     ) as row:
         sections = plan_sections(secure=True, rounds=ROUNDS, quorum=3, timeout=60.0, training=ONE_STEP)
-        workspace = make_workspace(where, THREE, plan=sections)
-        output = load_aggregator_plan(workspace.plan).aggregator.output
-        aggregator = start_aggregator(workspace, sink=Quiet())
-        children = {name: start_collaborator(workspace, name, env=KILLED if name == LOST else None, sink=Quiet())
-                    for name in THREE}  # fmt: skip
-        try:
-            killed = children[LOST].wait(patient(120.0))
-            children[LOST] = start_collaborator(workspace, LOST, sink=Quiet())
-            status = {"killed": killed, "aggregator": wait_while_sites_run(aggregator, children, PROCESS_SECONDS)}
-            status.update({name: children[name].wait(patient(60.0)) for name in THREE})
-        finally:
-            for child in (aggregator, *children.values()):
-                child.kill()
-        records = read_round_log(output)
+        workspace, status, records, children = ran_with_lost_site(where, sections, restarted=True)
         applied = [record["round"] for record in records if record["status"] == "applied"]
         with_it = [record["round"] for record in records if LOST in record.get("contributors", [])]
         bundles = {
@@ -134,3 +111,30 @@ def returning_row(where: Path, book: RowBook) -> None:
             and all(list(workspace.configs[name].parent.glob(f"{name}.*.model_bundle.pt")) for name in THREE),
             applied=len(applied),
         )
+
+
+def ran_with_lost_site(
+    where: Path, sections: dict[str, dict[str, Any]], *, restarted: bool
+) -> tuple[Workspace, dict[str, int], list[dict[str, Any]], dict[str, Child]]:
+    """The three sites' federation under `sections` run to its end, LOST killed as KILLED says (`restarted`: then
+    started again).
+
+    Returns the workspace, each process's exit status (``killed``: LOST's first, where restarted), the round log and
+    the site processes (their lines).
+    """
+    workspace = make_workspace(where, THREE, plan=sections)
+    output = load_aggregator_plan(workspace.plan).aggregator.output
+    aggregator = start_aggregator(workspace, sink=Quiet())
+    children = {name: start_collaborator(workspace, name, env=KILLED if name == LOST else None, sink=Quiet())
+                for name in THREE}  # fmt: skip
+    status: dict[str, int] = {}
+    try:
+        if restarted:
+            status["killed"] = children[LOST].wait(patient(120.0))
+            children[LOST] = start_collaborator(workspace, LOST, sink=Quiet())
+        status["aggregator"] = wait_while_sites_run(aggregator, children, PROCESS_SECONDS)
+        status.update({name: children[name].wait(patient(60.0)) for name in THREE})
+    finally:
+        for child in (aggregator, *children.values()):
+            child.kill()
+    return workspace, status, read_round_log(output), children

@@ -241,8 +241,8 @@ def edited_row(workspace: Workspace, book: RowBook) -> None:
             for child in (aggregator, *started):
                 child.kill()
         said = "\n".join(started[0].lines)
-        # Refused as the ledger's own check refuses it (its fix, not local-bindings'), as every ledger refusal at
-        # start is: tests/runtime/collaborator/test_ledger_follows_data.py.
+        # Refused as `local-ledger` with the ledger's own fix (not local-bindings'), as every ledger refusal is,
+        # before the dial or at the join: tests/runtime/collaborator/test_ledger_follows_data.py.
         named = re.search(r"(privacy ledger \S+: entry \d+: [^;]*)", said)
         ledger.path.write_bytes(kept)
         truncated = json.loads(kept)

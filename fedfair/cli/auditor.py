@@ -15,6 +15,7 @@ def _start_command(args: argparse.Namespace) -> int:
     from fedfair.core.errors import ConfigError
     from fedfair.runtime.auditor.config import auditor_config_from_flags, load_auditor_config
     from fedfair.runtime.auditor.process import AuditorProcess
+    from fedfair.runtime.peer.retries import process_started
 
     flags = {"cert": args.cert, "key": args.key, "manifest": args.manifest, "aggregator": args.aggregator}
     if args.config is not None:
@@ -37,7 +38,8 @@ def _start_command(args: argparse.Namespace) -> int:
     # The console shows what needs a person; every line goes to NAME.log in the auditor's folder.
     config.folder.mkdir(parents=True, exist_ok=True)
     configure_logging(file=config.folder / f"{config.name}.log", label=config.name, verbose=args.verbose)
-    auditor = AuditorProcess(config)
+    # The wait for a first answer counts from the command, as a site's: the operator waits through imports too.
+    auditor = AuditorProcess(config, started=process_started())
     try:
         return auditor.run()
     except KeyboardInterrupt:

@@ -266,6 +266,13 @@ LOCAL_BINDINGS = FailureClass(
     "restore NAME.FEDERATION.bindings.json beside {config} from a backup (deleting it would let the aggregator "
     "sum past inputs with other survivors; only a new federation id starts afresh)",
 )
+LOCAL_LEDGER = FailureClass(
+    "local-ledger",
+    False,
+    "this site's privacy ledger does not go with its table or with what its folder charged: {reason}",
+    "the one the reason names; `fedfair collaborator ledger --config {config}` makes the same check and shows the "
+    "ledger (deleting a ledger, or its folder's note of it, would forget the privacy its people spent)",
+)
 LOCAL_STATE_LOST = FailureClass(
     "local-state-lost",
     False,
@@ -355,6 +362,7 @@ FAILURES: tuple[FailureClass, ...] = (
     LOCAL_MANIFEST,
     LOCAL_PRIVACY,
     LOCAL_BINDINGS,
+    LOCAL_LEDGER,
     LOCAL_STATE_LOST,
     TABLE_CHANGED,
     FEDERATION_PAST,

@@ -6,8 +6,8 @@ every coordinate, Gaussian or Skellam (the project's sampler, on the encoding's 
 as the secure sum would decode it). The report claims every bound holds at once with
 probability at least 1 - failure; over T independent trials the number of trials where one
 fails is then at most Binomial(T, failure), and the test allows up to that law's quantile of
-1 - 1e-6 (a false alarm once in a million runs if the claim is exactly tight; the union bound
-makes it looser still).
+1 - FALSE_ALARM (tests/false_alarm.py: 1e-8 if the claim is exactly tight; the union bound makes
+it looser still).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from scipy import stats
 from fedfair.fairness import noisy, pooled, sums
 from fedfair.fairness.report import GroupRiskReport, SecureSumCertificate
 from fedfair.secagg.noise import skellam
+from tests.false_alarm import FALSE_ALARM
 
 LATTICE = 2.0**-sums.ENCODING.fractional_bits
 """The decoded sum's step: Skellam noise in encoded units, divided by 2^f."""
 
 TRIALS = 60
-FALSE_ALARM = 1e-6
 
 
 def held_out(seed: int, sizes: tuple[int, ...] = (6000, 2500, 1500)) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -13,9 +13,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,7 +45,7 @@ from fedfair.runtime.auditor.config import (
 from fedfair.runtime.auditor.process import AuditorProcess
 from fedfair.runtime.collaborator.kinds.bounded import bounded_encoding
 from fedfair.runtime.peer.connection import plan_change
-from fedfair.runtime.peer.retries import DEFAULT_RETRY_POLICY, RetryPolicy
+from fedfair.runtime.peer.retries import DEFAULT_RETRY_POLICY, RetryPolicy, process_started
 from fedfair.runtime.collaborator.stage_steps import round_steps
 from fedfair.runtime.collaborator.steps import Work
 from fedfair.runtime.contract import ACCEPTED
@@ -330,6 +332,42 @@ def test_local_checks_name_the_certificate_and_the_manifest(
         check_auditor_identity(unlisted)
     with pytest.raises(ConfigError, match="--aggregator 'nowhere': expected host:port"):
         auditor_config(federation, "nowhere")
+
+
+def test_the_auditors_first_answer_wait_counts_from_its_command_as_a_sites(federation: Path) -> None:  # noqa: F811
+    """[retry] start_wait_seconds counts from `started` (its command's start, which `fedfair auditor start` passes),
+    as a site's does: an auditor whose command began 30 s ago, with 20 s to wait, gives up at its first failed dial
+    (127.0.0.1:9 answers nothing) and names the 30 s; counted from that dial, it waited 20 s more."""
+    config = auditor_config(federation, "127.0.0.1:9")
+    policy = RetryPolicy(start_wait_seconds=20.0, base_seconds=0.05, cap_seconds=0.2)
+    began = time.monotonic()
+    auditor = AuditorProcess(config, retry=policy, started=began - 30.0)
+    with pytest.raises(PermanentFailureError) as caught:
+        auditor.run()
+    assert time.monotonic() - began < 10.0  # one dial refused at once, not the 20 s wait again
+    message = str(caught.value)
+    assert message.startswith("aggregator-never-answered: nothing answered at 127.0.0.1:9 for "), message
+    waited = re.search(r"for (\d+) s since", message)
+    assert waited is not None and 30 <= int(waited[1]) < 40, message
+
+
+def test_the_auditor_command_counts_the_wait_from_the_process_start(
+    federation: Path,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`fedfair auditor start` passes its process's start: with a wait shorter than this process has run, its first
+    refused dial ends it, naming at least the process's age (counted from the dial, it named 0 s)."""
+    folder = federation / AUDITOR
+    (folder / "auditor.toml").write_text(
+        f'[auditor]\nname = "{AUDITOR}"\naggregator = "127.0.0.1:9"\nmanifest = "../manifest.toml"\n'
+        f'[certificates]\ndir = "../ca"\nkey = "../{AUDITOR}/{AUDITOR}.key"\n[retry]\nstart_wait_seconds = 0.001\n'
+    )
+    age = time.monotonic() - process_started()
+    assert age >= 1.0  # this test process imported gRPC and numpy: the named seconds tell the clocks apart
+    assert cli.main(["auditor", "start", "--config", str(folder / "auditor.toml")]) == 2
+    error = capsys.readouterr().err
+    waited = re.search(r"aggregator-never-answered: nothing answered at 127\.0\.0\.1:9 for (\d+) s", error)
+    assert waited is not None and int(waited[1]) >= int(age), (age, error)
 
 
 def test_a_folder_restored_in_part_is_refused_before_the_auditor_dials(federation: Path) -> None:  # noqa: F811

@@ -441,7 +441,9 @@ def test_a_refused_upload_does_not_hold_the_stage_to_its_deadline(
     assert not federation.errors, federation.errors
     log = read_round_log(workspace.output)
     assert log[1]["status"] == "applied" and log[1]["contributors"] == ["site-a", "site-b"]
-    assert log[1]["seconds"] < 20.0, log[1]["seconds"]
+    # A stage held to its deadline makes the round last at least its 60 s; any shorter round closed without it,
+    # however slowly a loaded machine ran the rest (it took about a second here).
+    assert log[1]["seconds"] < 60.0, log[1]["seconds"]
     assert log[2]["contributors"] == NAMES
     # This small model's update fits one part: it went up in a Send.
     [line] = [record.getMessage() for record in caplog.records if record.getMessage().startswith("refused Send")]

@@ -19,7 +19,9 @@ def test_a_stop_handed_to_another_thread_interrupts_the_main_threads_wait_at_onc
     with pytest.raises(Stopped) as stopped, stop_on_signals():
         threading.Thread(target=lambda: signal.pthread_kill(threading.get_ident(), signum)).start()
         threading.Event().wait(30.0)
-    assert time.monotonic() - began < 5.0  # a loaded machine's scheduling, nothing like the 30 s wait
+    # Two thirds of the 30 s wait: a loaded machine's scheduling may stall the signal's thread for seconds, and a
+    # missing forwarder still fails (the wait then runs its whole 30 s).
+    assert time.monotonic() - began < 20.0
     assert stop_status(stopped.value) == 128 + signum
     assert stop_name(stopped.value) == ("SIGTERM" if signum == signal.SIGTERM else "Ctrl-C (SIGINT)")
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before  # handlers restored

@@ -209,19 +209,26 @@ def test_a_site_that_holds_a_stage_up_is_named_with_the_stage_everywhere_until_i
         board.connect(name, make_binding("fed-wait", 2, WIRE["STAGE_EVAL_UNMASK"]))
     board.new_round(3)
     advertise = make_binding("fed-wait", 3, WIRE["STAGE_ADVERTISE_KEYS"])
+    opened = time.monotonic()  # no later than the stage's opening, on the board's clock
+
+    def counted_down(left: float) -> bool:
+        """Whether `left` is the stage's 60 s less at most the time since it opened (reports round to 0.1 s): a
+        fixed 10 s of slack would fail a loaded machine that took longer to reach the check."""
+        return 60.0 - (time.monotonic() - opened) - 0.05 <= left <= 60.0
+
     board.open_stage(advertise, NAMES, b"", lambda peer, payload: None, max_upload_bytes=1 << 10, timeout=60.0)
     for name in NAMES[:2]:
         board.deliver(name, advertise, b"key")
     waiter = threading.Thread(target=board.wait_stage, args=(partial(report_progress, True, TRAINING, events), 0.2))
     waiter.start()
-    assert eventually(lambda: federation_state(tmp_path).waiting is not None, 10.0)
+    assert eventually(lambda: federation_state(tmp_path).waiting is not None)
     waiting = federation_state(tmp_path).waiting
     assert waiting is not None and (waiting.stage, waiting.missing, waiting.silent) == (
         "STAGE_ADVERTISE_KEYS",
         ("site-c",),
         ("site-c",),
     )
-    assert waiting.seconds_left is not None and 50.0 < waiting.seconds_left <= 60.0  # the stage's 60 s, counted down
+    assert waiting.seconds_left is not None and counted_down(waiting.seconds_left)
     line = (
         r"round 3: waiting for site-c's key advertisements, (\d+) s left "
         r"\(2 of 3 answered; site-c connected but not answering\)"
@@ -238,14 +245,14 @@ def test_a_site_that_holds_a_stage_up_is_named_with_the_stage_everywhere_until_i
         "site-c": 1.0,
     }
     assert scraped["fedfair_waiting_stage", (("stage", "key advertisements"),)] == 1.0
-    assert 50.0 < scraped["fedfair_waiting_seconds_left", ()] <= 60.0
+    assert counted_down(scraped["fedfair_waiting_seconds_left", ()])
 
     events.emit("disconnect", name="site-c")  # its stream ended: the views say so rather than "not answering"
     gone = federation_state(tmp_path).waiting
     assert gone is not None and gone.silent == () and gone.line().endswith("(2 of 3 answered; site-c disconnected)")
 
     board.deliver("site-c", advertise, b"key")
-    waiter.join(10.0)
+    waiter.join(60.0)  # settled at once: the bound only ends a failing test
     assert not waiter.is_alive() and federation_state(tmp_path).waiting is None  # the `waited` event ended it
     scraped = metrics_of(tmp_path)
     assert not any(name in ("fedfair_waiting_stage", "fedfair_waiting_seconds_left") for name, _ in scraped)

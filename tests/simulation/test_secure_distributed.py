@@ -10,7 +10,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from scipy import stats
 
 from fedfair.core.config import LocalConfig, ObjectiveConfig, TrainingConfig
 from fedfair.core.errors import ConfigError
@@ -23,10 +22,10 @@ from fedfair.secagg.noise import NoiseConfig
 from fedfair.secagg.rotation import rotation_key
 from fedfair.simulation.federation import Federation
 from fedfair.simulation.secure import DistributedDP, SecureSum, federation_dp, plan_sample_rate
+from tests.false_alarm import Z
 
 ENCODING = EncodingConfig(clip=10.0, max_weight=400.0, fractional_bits=20, modulus_bits=64)
 PRIVACY = PrivacyConfig(enabled=True, target_epsilon=1.0, max_grad_norm=2.0, mode="distributed", sample_rate=0.02)
-Z = stats.norm.isf(1e-6 / 2)
 
 
 def updates(count: int, dimension: int) -> list[Update]:

@@ -32,6 +32,10 @@ class PastRounds:
     def __init__(self, output: Path | None) -> None:
         self._folder = None if output is None else output / PAST_ROUNDS_NAME
         self._lock = threading.Lock()
+        self._kept: set[int] = set()
+        """The applied rounds kept on disk (a resumed run's too): a fetch of any other touches no file."""
+        if self._folder is not None and self._folder.is_dir():
+            self._kept = {int(path.name) for path in self._folder.iterdir() if path.name.isdigit()}
         self._verified: dict[str, int] = {}
         """The last round each collaborator verified, as this process saw it."""
 
@@ -50,6 +54,7 @@ class PastRounds:
             if binding.step == 1:
                 shutil.rmtree(round_folder, ignore_errors=True)
                 shutil.rmtree(folder / str(binding.round), ignore_errors=True)
+                self._kept.discard(binding.round)
             round_folder.mkdir(parents=True, exist_ok=True)
             written = round_folder / f"{binding.step}.part"
             written.write_bytes(inputs)
@@ -74,17 +79,25 @@ class PastRounds:
                 kept = folder / str(round_number)
                 shutil.rmtree(kept, ignore_errors=True)  # a resumed run's round run again
                 os.replace(round_folder, kept)
-            if not folder.is_dir():  # no stage of this kind's rounds was kept (the aggregator keeps the default's)
-                return
+                self._kept.add(round_number)
             caught_up = min((self._verified.get(name, 0) for name in roster), default=0)
-            rounds = sorted((int(path.name) for path in folder.iterdir() if path.name.isdigit()), reverse=True)
+            rounds = sorted(self._kept, reverse=True)
             for number in rounds[KEPT_ROUNDS:] + [number for number in rounds if number <= caught_up]:
                 shutil.rmtree(folder / str(number), ignore_errors=True)
+                self._kept.discard(number)
+
+    def keeps(self, binding: pb.Binding) -> bool:
+        """Whether `binding` is a training stage of a kept round (its input may be on disk); reads no file."""
+        with self._lock:
+            return binding.stage == pb.STAGE_TRAIN and binding.step > 0 and binding.round in self._kept
 
     def input(self, binding: pb.Binding) -> bytes | None:
-        """The kept input of training stage `binding` of an applied round (None: no such round or stage kept)."""
+        """The kept input of training stage `binding` of an applied round (None: no such round or stage kept).
+
+        Reads a file only where :meth:`keeps` says the round is kept.
+        """
         folder = self._folder
-        if folder is None or binding.stage != pb.STAGE_TRAIN or not binding.step:
+        if folder is None or not self.keeps(binding):
             return None
         path = folder / str(binding.round) / str(binding.step)
         with self._lock:
@@ -95,8 +108,5 @@ class PastRounds:
 
     def kept(self) -> list[int]:
         """The applied rounds whose inputs are kept, oldest first."""
-        folder = self._folder
-        if folder is None or not folder.is_dir():
-            return []
         with self._lock:
-            return sorted(int(path.name) for path in folder.iterdir() if path.name.isdigit())
+            return sorted(self._kept)

@@ -29,6 +29,7 @@ from fedfair.runtime.aggregator.stages import error_summary
 from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.aggregator.identities import LiveStreams
 from fedfair.runtime.rate_limits import RateLimit
+from fedfair.runtime.aggregator.past_rounds import KEPT_ROUNDS
 from fedfair.runtime.aggregator.limits import Hold, PeerLimits, Presence, Quotas, RefusalLog, worker_threads
 from fedfair.runtime.contract import STREAM_ACCEPTED, TRAINING, Stages
 from fedfair.runtime.transport import (
@@ -61,6 +62,12 @@ INTERNAL_ERROR = "the aggregator could not handle this request"
 
 TOO_MANY_REPORTS = "refused: too many status reports from this caller; report again later"
 """What a peer hears when it reports its status faster than its :class:`RateLimit` allows."""
+
+TOO_MANY_PAST_FETCHES = (
+    "refused: too many fetches of past rounds' inputs from this caller; a site catching up fetches each once, "
+    "so fetch again later"
+)
+"""What a peer hears when it fetches kept inputs of past rounds faster than :attr:`Servicer.past_round_reads` allows."""
 
 STATUS_NAMES: dict[int, str] = {
     pb.COLLABORATOR_STATUS_BUDGET_SPENT: "budget_spent",
@@ -131,6 +138,9 @@ class Servicer(pb_grpc.FederationServicer):
         self.quotas = Quotas(limits)
         self.events = events
         self.report_rate = report_rate or RateLimit()
+        self.past_round_reads = RateLimit(per_second=1.0, burst=KEPT_ROUNDS * len(training.specs))
+        """Each caller's reads of past rounds' kept inputs (files): at once, every stage of every kept round (what
+        a site that missed them all fetches to catch up), then one a second."""
         self.refusal_log = refusal_log or RefusalLog()
         self.presence = Presence(events)
         self.streams = LiveStreams()
@@ -309,19 +319,24 @@ class Servicer(pb_grpc.FederationServicer):
         A public seam, with :meth:`serve_model`'s contract: an override yields the parts `peer` receives.
         """
         self.admission.check_stage(peer, WireStage.of(request.binding))
-        # The final bundle is bound to the FINISHED task itself, which the gate knows nothing of.
-        payload = self.board.final_input(request.binding)
-        if payload is None:
-            # An applied round's input, kept for a site that missed that round (.past_rounds): its stages are closed.
-            self.gate.check_federation(request.binding)
-            payload = self.board.past_rounds.input(request.binding)
-        if payload is None:
-            self.gate.check_read(request.binding)
-            payload = self.board.fetch(peer, request.binding)
-        if payload is None:
-            raise RefusedError(Refusal.NOT_EXPECTED, NOT_EXPECTED)
+        # The caller's limits first: a flood of fetches is refused before the aggregator reads anything for it.
         with self.quotas.hold(peer, Hold.DOWNLOAD):
-            yield from payload_parts(request.binding, payload, self.chunk_bytes)
+            binding = request.binding
+            # The final bundle is bound to the FINISHED task itself, which the gate knows nothing of.
+            payload = self.board.final_input(binding)
+            if payload is None and self.board.past_rounds.keeps(binding):
+                # An applied round's input, kept for a site that missed that round (.past_rounds): a file, read at
+                # the caller's rate. Its stages are closed, so only the federation is checked.
+                self.gate.check_federation(binding)
+                if not self.past_round_reads.allow(peer):
+                    raise RefusedError(Refusal.OVER_LIMIT, TOO_MANY_PAST_FETCHES)
+                payload = self.board.past_rounds.input(binding)
+            if payload is None:
+                self.gate.check_read(binding)
+                payload = self.board.fetch(peer, binding)
+            if payload is None:
+                raise RefusedError(Refusal.NOT_EXPECTED, NOT_EXPECTED)
+            yield from payload_parts(binding, payload, self.chunk_bytes)
 
     def _submit(self, peer: str, parts: Iterator[pb.Part | Undecodable], caller: Caller) -> pb.Receipt:
         with self.quotas.hold(peer, Hold.UPLOAD), self.board.uploading(peer):

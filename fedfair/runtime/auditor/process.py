@@ -45,10 +45,13 @@ logger = logging.getLogger("fedfair.auditor")
 class AuditorProcess:
     """One auditor institution's process: the second verifier of every bounded sum of the federation."""
 
-    def __init__(self, config: AuditorConfig, *, retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self, config: AuditorConfig, *, retry: RetryPolicy | None = None, started: float | None = None
+    ) -> None:
         """Check everything local before any connection; a ConfigError names the file and the fix.
 
-        `retry` replaces the config's [retry] (tests shorten it).
+        `retry` replaces the config's [retry] (tests shorten it); `started` (time.monotonic()) is when the
+        operator's wait began, the clock of [retry] start_wait_seconds as a collaborator's (default: the first dial).
         """
         self.config = config
         self.identity = check_auditor_identity(config)
@@ -56,6 +59,7 @@ class AuditorProcess:
         stop = threading.Event()
         target = Target(config.aggregator, config.certificates, config.aggregator_name)
         self.backoff = Backoff(retry or config.retry, config.name, stop, target, config.name)
+        self.backoff.started = started
         self.connection = Connection(config, self.backoff, stop, self, role=ROLE)
         self.uplink = Uplink()
         self._shared: SharedSettings | None = None

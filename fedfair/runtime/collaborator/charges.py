@@ -42,7 +42,7 @@ from fedfair.runtime.collaborator.input_record import BoundData, InputRecord, fo
 from fedfair.runtime.collaborator.receipt import federation_file
 from fedfair.runtime.collaborator.table_fingerprint import table_fingerprint, table_rows, was_same_data
 from fedfair.runtime.composition_counts import CompositionColumn
-from fedfair.runtime.failures import LOCAL_BINDINGS
+from fedfair.runtime.failures import LOCAL_BINDINGS, LOCAL_LEDGER
 from fedfair.runtime.observe.logs import per_round
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.plan.privacy import (
@@ -250,12 +250,22 @@ def open_ledger(config: CollaboratorConfig, *, starting_over: bool = False) -> L
     ledger) skips the check against this folder's link (:func:`~fedfair.privacy.ledger_home.check_link`).
 
     Raises:
-        ConfigError: the table cannot be read; the ledger, a ledger of the same people or a record is damaged or
-            edited, a copy of a ledger still at its home, or not the one this folder charged; or the table shares
-            no row with the one this folder charged (naming the file and the fix).
+        ConfigError: the table cannot be read.
+        PermanentFailureError: ``local-ledger``, one refusal wherever the ledger is opened (before a collaborator
+            dials, at its join, `fedfair collaborator ledger`): the ledger, a ledger of the same people or a
+            record is damaged or edited, a copy of a ledger still at its home, or not the one this folder charged;
+            or the table shares no row with the one this folder charged (naming the file and the fix).
     """
-    folder = config.source.parent
     identity = data_identity(config.data)
+    try:
+        return _checked_ledger(config, identity, starting_over)
+    except ConfigError as error:
+        raise PermanentFailureError(LOCAL_LEDGER, reason=error, config=config.source) from None
+
+
+def _checked_ledger(config: CollaboratorConfig, identity: dict[str, object], starting_over: bool) -> Ledger:
+    """:func:`open_ledger`'s work once the table is read (a ConfigError: the ledger does not go with it)."""
+    folder = config.source.parent
     ledger = Ledger(ledger_path(ledger_folder(), config.name, identity), config.name, identity)
     if config.data.csv is not None:
         know_people(ledger, table_rows(config.data.csv), dp_sgd_steps)

@@ -49,7 +49,7 @@ from fedfair.runtime.collaborator.trainer import (
 )
 from fedfair import pki
 from fedfair.runtime.composition_counts import composition_columns
-from fedfair.runtime.failures import FEDERATION_MISMATCH, LOCAL_BINDINGS, LOCAL_PRIVACY, plan_mismatch
+from fedfair.runtime.failures import FEDERATION_MISMATCH, LOCAL_PRIVACY, plan_mismatch
 from fedfair.runtime.manifest_plan import check_shared_settings
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object, load_shared_settings
 from fedfair.runtime.plan.model import ModelSettings
@@ -167,11 +167,7 @@ def join(
     shortfall = privacy_shortfall(config.privacy, shared.privacy, shared.secure_aggregation.enabled)
     if shortfall is not None:
         raise plan_mismatch("collaborator", shortfall)
-    try:
-        ledger = open_ledger(config)
-    except ConfigError as error:
-        raise PermanentFailureError(LOCAL_BINDINGS, reason=error, config=config.source) from None
-    record = open_record(config, shared.federation_id, ledger, reset=reset_state)
+    record = open_record(config, shared.federation_id, open_ledger(config), reset=reset_state)
     outcome = OutcomeRecord(
         federation_file(config, shared.federation_id, OUTCOME_SUFFIX), shared.training.average_from_round
     )

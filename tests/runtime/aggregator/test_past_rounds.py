@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from fedfair.runtime.aggregator.past_rounds import KEPT_ROUNDS, PastRounds
+from fedfair.runtime.output_folder import PAST_ROUNDS_NAME
 from fedfair.runtime.transport import pb
+from fedfair.secagg import config as config_module
+from tests.secagg.helpers import Harness, make_config
 
 ROSTER = ("site-a", "site-b", "site-c")
 
@@ -82,3 +87,55 @@ def test_without_a_folder_nothing_is_kept(tmp_path: Path) -> None:
     kept = PastRounds(None)
     run_round(kept, 1)
     assert kept.kept() == [] and kept.input(binding(1, 1)) is None
+
+
+def test_a_resumed_aggregator_serves_the_rounds_kept_before(tmp_path: Path) -> None:
+    run_round(PastRounds(tmp_path), 1)
+    resumed = PastRounds(tmp_path)
+    assert resumed.kept() == [1] and resumed.keeps(binding(1, 1)) and resumed.input(binding(1, 1)) == b"parameters 1"
+    assert not resumed.keeps(binding(2, 1)) and not resumed.keeps(binding(1, 1, pb.STAGE_EVALUATE))
+    assert not resumed.keeps(binding(1, 0))
+
+
+PARTIES, DIMENSION = 4, 20_000
+
+
+def masked_round_inputs(above_the_bound: bool, untagged: int) -> tuple[list[bytes], int]:
+    """What every survivor of a verified masked round of PARTIES was sent, as kept (key directory, survivor set,
+    unmask request, claim, tag set), with `untagged` survivors' tags missing; and the bytes of one model (d + 1 words).
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        if above_the_bound:
+            patch.setattr(config_module, "RESUMMED_WORDS", 0)
+        harness = Harness(make_config(PARTIES, dimension=DIMENSION, max_colluding=1), verified=True)
+        everyone = list(range(1, PARTIES + 1))
+        survivor_set = harness.through_masking(everyone)
+        harness.sign(survivor_set)
+        request = harness.server.unmask_request()
+        harness.unmask(request)
+        harness.server.finish()
+        claim = harness.server.claim()
+        for party in everyone[untagged:]:
+            harness.server.receive_tag(harness.clients[party].tag(claim))
+        tag_set = harness.server.tag_set()
+    assert harness.directory is not None
+    messages = (harness.directory, survivor_set, request, claim, tag_set)
+    return [message.to_bytes() for message in messages], (DIMENSION + 1) * claim.vector.itemsize
+
+
+@pytest.mark.parametrize(
+    ("above_the_bound", "untagged", "models"), [(False, 0, PARTIES + 1), (True, 0, 1), (True, 1, PARTIES + 1)]
+)
+def test_a_kept_round_is_the_size_operations_md_gives(
+    tmp_path: Path, above_the_bound: bool, untagged: int, models: int
+) -> None:
+    """docs/operations.md, `past-rounds/`: a kept round is its claimed sum, every survivor's masked input beside it
+    where a survivor re-sums it (below the re-sum bound the claim carries them; above it, in a round whose tags did
+    not all arrive, the tag set does, and a site catching up needs them), and under 4 KiB a site besides."""
+    inputs, model = masked_round_inputs(above_the_bound, untagged)
+    kept = PastRounds(tmp_path)
+    for step, data in enumerate(inputs, start=1):
+        kept.opened(binding(1, step), data)
+    kept.ended(1, True, (), ROSTER)
+    size = sum(path.stat().st_size for path in (tmp_path / PAST_ROUNDS_NAME / "1").iterdir())
+    assert models * model <= size <= models * model + 4096 * PARTIES, (size, model)

@@ -23,11 +23,14 @@ from cryptography.hazmat.primitives import serialization
 from fedfair import pki
 from fedfair.runtime.aggregator.board import Board
 from fedfair.runtime.observe.events import EventLog, read_events
+from fedfair.runtime.output_folder import PAST_ROUNDS_NAME
 from fedfair.runtime.aggregator.limits import BUSY, Hold, RefusalLog, worker_threads
 from fedfair.runtime.rate_limits import RateLimit
+from fedfair.runtime.aggregator.past_rounds import KEPT_ROUNDS, PastRounds
 from fedfair.runtime.aggregator.servicer import (
     INTERNAL_ERROR,
     INVALID_UPLOAD,
+    TOO_MANY_PAST_FETCHES,
     TOO_MANY_REPORTS,
     Servicer,
     federation_server,
@@ -220,6 +223,67 @@ def test_a_caller_over_its_limit_is_refused_at_once_and_a_slot_frees_when_a_call
     for call in streams:
         call.cancel()
     assert eventually(lambda: servicer.quotas.held("site-b", Hold.TASK_STREAM) == 0)
+
+
+def kept_round(aggregator: Aggregator, monkeypatch: pytest.MonkeyPatch) -> tuple[pb.FetchRequest, list[Path]]:
+    """Round 1 applied with its parameters kept (past-rounds/), and every file of it the aggregator reads from now."""
+    past = PastRounds(aggregator.output)
+    binding = make_binding(FEDERATION, 1, WIRE["STAGE_ADVERTISE_KEYS"])
+    past.opened(binding, b"round 1's parameters")
+    past.ended(1, True, (), NAMES)
+    aggregator.board.past_rounds = past
+    reads: list[Path] = []
+    read_bytes = Path.read_bytes
+
+    def counted(path: Path) -> bytes:
+        if PAST_ROUNDS_NAME in path.parts:
+            reads.append(path)
+        return read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", counted)
+    return pb.FetchRequest(binding=binding), reads
+
+
+def fetched(stub: pb_grpc.FederationStub, request: pb.FetchRequest) -> bytes:
+    return b"".join(part.chunk.data for part in stub.Fetch(request, timeout=TIMEOUT))
+
+
+def test_a_fetch_of_a_past_round_over_the_callers_download_limit_reads_no_file(
+    aggregator: Aggregator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller's limit is checked before the kept input is read: a flood of fetches makes the aggregator read
+    nothing (issue 98), where it read the file and only then refused."""
+    request, reads = kept_round(aggregator, monkeypatch)
+    stub, quotas = aggregator.stub("site-b"), aggregator.servicer.quotas
+    with quotas.hold("site-b", Hold.DOWNLOAD), quotas.hold("site-b", Hold.DOWNLOAD):  # its two downloads under way
+        for _ in range(5):
+            error = refused(lambda: fetched(stub, request), grpc.StatusCode.RESOURCE_EXHAUSTED)
+            assert error.details() == BUSY
+        assert reads == []
+        assert fetched(aggregator.stub("site-a"), request) == b"round 1's parameters"  # another name's own slots
+    assert fetched(stub, request) == b"round 1's parameters"
+    assert len(reads) == 2 and quotas.held("site-b", Hold.DOWNLOAD) == 0
+
+
+def test_fetches_of_past_rounds_are_read_at_each_callers_rate(
+    aggregator: Aggregator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At once, every kept input of every kept round; past that, a caller's fetches are refused unread."""
+    servicer = aggregator.servicer
+    assert servicer.past_round_reads.burst == KEPT_ROUNDS * len(TRAINING.specs)  # a catch-up of every kept round
+    servicer.past_round_reads = RateLimit(per_second=0.001, burst=2)
+    request, reads = kept_round(aggregator, monkeypatch)
+    flooder = aggregator.stub("site-c")
+    assert fetched(flooder, request) == fetched(flooder, request) == b"round 1's parameters"
+    for _ in range(5):
+        error = refused(lambda: fetched(flooder, request), grpc.StatusCode.RESOURCE_EXHAUSTED)
+        assert error.details() == TOO_MANY_PAST_FETCHES
+    assert len(reads) == 2
+    # A round not kept is the live gate's to refuse: no file, and none of the caller's allowance.
+    unkept = pb.FetchRequest(binding=make_binding(FEDERATION, 2, WIRE["STAGE_ADVERTISE_KEYS"]))
+    refused(lambda: fetched(aggregator.stub("site-a"), unkept), grpc.StatusCode.FAILED_PRECONDITION)
+    assert fetched(aggregator.stub("site-a"), request) == b"round 1's parameters"  # another name has its own
+    assert len(reads) == 3
 
 
 def test_callers_without_an_admitted_certificate_never_wait(

@@ -20,13 +20,16 @@ import pandas as pd
 import pytest
 
 from fedfair.cli import main as cli_main
-from fedfair.core.errors import PrivacyBudgetError
+from fedfair.core.errors import PermanentFailureError, PrivacyBudgetError
 from fedfair.privacy import distributed
 from fedfair.privacy.ledger import Charge, Ledger, data_digest, ledger_path
 from fedfair.runtime.collaborator.charges import data_identity, open_ledger, open_record
 from fedfair.runtime.collaborator.config import CollaboratorConfig, DataSettings, load_collaborator_config
+from fedfair.runtime.collaborator.preparation import join
+from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, shared_settings
 from fedfair.runtime.local.workspace import make_workspace
 from tests.federations import adult_raw_table
+from tests.runtime.test_auditor_consent import Aggregator, Once
 
 RELEASE = distributed.Release("skellam", 2e6, 40.0, 10.0, 0.05)
 DELTA = 1e-5
@@ -531,7 +534,12 @@ def test_dp_sgd_steps_follow_the_people_into_a_fresh_folder(
 
 def test_fingerprinting_adults_rows_stays_under_the_issues_1_8_seconds(tmp_path: Path) -> None:
     """Opening the ledger of Adult's 32,561 rows (read, fingerprint, keyed row digests, matched against a ledger of
-    the same people) took 1.8 s before the people were matched; it stays under that (best of three, fresh each)."""
+    the same people) took 1.8 s before the people were matched; it stays under that (best of three, fresh each).
+
+    CPU seconds of this process (every thread's), not wall seconds: the work is the product's, the wait for a core
+    is the machine's. At a load average of 4.4 on 2 cores one opening took 0.54 to 0.71 s of wall time for 0.27 s of
+    CPU; under `make test` (three jobs beside two workers) the wall time of the best of three could pass 1.8 s with
+    no change to the code."""
     import time
 
     from fedfair.runtime.collaborator import table_fingerprint
@@ -544,10 +552,10 @@ def test_fingerprinting_adults_rows_stays_under_the_issues_1_8_seconds(tmp_path:
     took = []
     for _ in range(3):
         table_fingerprint._SEEN.clear()
-        started = time.perf_counter()
+        started = time.process_time()
         ledger = open_ledger(config)
         assert ledger.spent(DELTA) == pytest.approx(ONE)
-        took.append(time.perf_counter() - started)
+        took.append(time.process_time() - started)
     assert min(took) < 1.8, took
 
 
@@ -615,18 +623,29 @@ def test_sites_drawing_the_folders_key_at_once_share_one(tmp_path: Path) -> None
 def test_a_table_of_other_people_is_refused_before_the_collaborator_dials_with_the_ledgers_one_fix(
     site: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`collaborator start` makes the check `collaborator ledger` makes, before it connects: one message, the table's
-    fix (put it back, or reset the ledger), never the record's ("local-bindings ... restore ... from a backup"), and
-    at once (its aggregator's address answers nothing: a dial would wait for it)."""
+    """`collaborator start` makes the check `collaborator ledger` makes, before it connects: one message, named
+    `local-ledger` wherever the ledger is opened (before the dial, at the join, by `collaborator ledger`), with the
+    table's fix (put it back, or reset the ledger), never the record's ("local-bindings ... restore ... from a
+    backup"), and at once (its aggregator's address answers nothing: a dial would wait for it)."""
     _charge(site, 1)
     adult_raw_table().iloc[300:600].to_csv(site.parent / "table.csv", index=False)  # no row in common: other people
     began = time.monotonic()
     assert cli_main(["collaborator", "start", "--config", str(site)]) == 2
-    assert time.monotonic() - began < 60.0  # no wait for an aggregator: [retry] start_wait_seconds is 300
+    assert time.monotonic() - began < 60.0  # no wait for an aggregator: [retry] start_wait_seconds is 45
     captured = capsys.readouterr()
     (line,) = [line for line in captured.err.splitlines() if line.startswith("fedfair: error:")]
+    assert line.startswith("fedfair: error: local-ledger: this site's privacy ledger does not go with its table"), line
     assert "shares no row with the one [data] names now" in line and "reset-ledger" in line, line
+    assert f"Fix: the one the reason names; `fedfair collaborator ledger --config {site}` makes the same check" in line
     assert "local-bindings" not in captured.err and "connecting to the aggregator" not in captured.err + captured.out
+    (same,) = [line for line in _refused(site, capsys).splitlines() if line.startswith("fedfair: error:")]
+    assert same == line  # `collaborator ledger` says it in the same words
+    # And so does the join, where the ledger is opened again (it said `local-bindings`, restore the record).
+    plan_path = site.parent.parent / "aggregator" / "plan.toml"
+    aggregator = Aggregator(shared_settings(load_aggregator_plan(plan_path)))
+    with pytest.raises(PermanentFailureError) as caught:
+        join(aggregator, load_collaborator_config(site), Once(), None, None)  # type: ignore[arg-type]
+    assert aggregator.calls == 1 and f"fedfair: error: {caught.value}" == line
 
 
 def test_two_tables_of_the_same_people_charged_at_once_stay_within_the_budget(

@@ -381,13 +381,20 @@ def test_launch_input_bound_plans_the_mode_with_its_auditor(tmp_path: Path) -> N
             run_launch(_arguments("--input-bound", *flags, *(("--label", "y") if "--csv" in flags else ())))
 
 
+ROUND_ONE_SLACK = 10.0
+"""Seconds round 1 may take beyond 3 x the median round. One round is one sample of the machine's load, the median
+of 19 is not: with 1 s, a burst elsewhere (another worker's federation starting, mypy) that tripled round 1's 0.98 s
+while the median stayed at 0.38 s would fail it (3 x 0.38 + 1 = 2.1 s). Ten seconds still fails the compilation's
+return to round 1 (26 s before issue 94)."""
+
+
 @pytest.mark.slow
 def test_launch_input_bound_runs_every_round_bounded_with_an_auditor_process(tmp_path: Path) -> None:
     """`fedfair launch --input-bound --rounds 20` (issue 94): every round a bounded sum of every site, applied, its
     verdict record's digest in the round log; the auditor's own process verified all 20; the console says the
-    bound was on and who verified it. Round 1 costs at most 3 times the median of rounds 2-20 plus 1 s: what is
-    left of a first round is the largest site's first training on its encoded table (0.68 s of round 1's 0.98 s
-    against a median of 0.38 s on a busy 2-core machine); its compilation (26 s before issue 94) is before it."""
+    bound was on and who verified it. Round 1 costs at most 3 times the median of rounds 2-20 plus ROUND_ONE_SLACK:
+    what is left of a first round is the largest site's first training on its encoded table (0.68 s of round 1's
+    0.98 s against a median of 0.38 s on a busy 2-core machine); its compilation (26 s before issue 94) is before it."""
     process = _launch(tmp_path, "--collaborators", "3", "--rounds", "20", "--input-bound")
     output, errors = process.communicate(timeout=600)
     assert process.returncode == 0, errors[-2000:]
@@ -403,7 +410,7 @@ def test_launch_input_bound_runs_every_round_bounded_with_an_auditor_process(tmp
         in output
     )
     seconds = [record["seconds"] for record in log]
-    assert seconds[0] <= 3 * statistics.median(seconds[1:]) + 1.0, seconds
+    assert seconds[0] <= 3 * statistics.median(seconds[1:]) + ROUND_ONE_SLACK, seconds
     # The status and the report say it too, naming the auditor.
     said = f"input bound on: every training update proven within its bound to the aggregator and the auditor {AUDITOR}"
     assert said in describe(federation_state(kept / "aggregator" / "output"))
