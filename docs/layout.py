@@ -42,7 +42,9 @@ imports only the layers below it**: core (the standard library, numpy, torch and
 libraries (pki, privacy, datasets, then secagg, fairness, bundle, each using only those before
 it), the in-process engine (simulation), the API, the runtime (core and the libraries only),
 research, the command line, and on top the optional Flower integration (flower, which nothing imports);
-a collaborator never imports aggregator modules, nor the aggregator collaborator ones. `docs/design.md` section 2 says why, and how the processes talk.
+a collaborator never imports aggregator modules, nor the aggregator or the auditor collaborator ones, and
+`runtime/peer/` (what every party dialling the aggregator shares) imports no role. `docs/design.md` section 2 says
+why, and how the processes talk.
 
 Beside the package: `proto/` (the wire schema), `aggregator/` and `collaborator/` (the operators'
 workspaces: templates, README), `certs/` (where the PKI writes), `data/` (where each dataset comes

@@ -11,7 +11,9 @@
 
 Inside the runtime, what an operator sees (runtime.observe: events, state, metrics, logs) sits below both
 parties, and the output folder's layout (runtime.output_folder) below that: a collaborator never reaches the
-aggregator, nor the aggregator a collaborator, and observe reaches neither.
+aggregator, nor the aggregator a collaborator, and observe reaches neither. What every party dialling the
+aggregator shares (runtime.peer: the connection, its back-off, watchdog and uplink) sits below the roles and
+reaches none of them; the auditor is built from it, never from the collaborator's own modules.
 
 Imports are read from the syntax tree (including imports inside functions) and followed
 transitively, so a rule cannot be dodged through a module in between.
@@ -184,13 +186,27 @@ def test_a_collaborator_never_reaches_aggregator_modules() -> None:
     assert violations(modules_in("fedfair.runtime.collaborator"), ("fedfair.runtime.aggregator",)) == []
 
 
-def test_the_aggregator_never_reaches_collaborator_modules() -> None:
-    assert violations(modules_in("fedfair.runtime.aggregator"), ("fedfair.runtime.collaborator",)) == []
+ROLES = (
+    "fedfair.runtime.aggregator",
+    "fedfair.runtime.collaborator",
+    "fedfair.runtime.auditor",
+    "fedfair.runtime.local",
+)
+"""The runtime's role packages: one per kind of process, and the launcher that starts them on one machine."""
 
 
-def test_what_an_operator_sees_reaches_neither_party() -> None:
-    parties = ("fedfair.runtime.aggregator", "fedfair.runtime.collaborator", "fedfair.runtime.local")
-    assert violations(modules_in("fedfair.runtime.observe"), parties) == []
+@pytest.mark.parametrize("role", ["fedfair.runtime.auditor", "fedfair.runtime.aggregator"])
+def test_neither_the_auditor_nor_the_aggregator_reaches_collaborator_modules(role: str) -> None:
+    assert violations(modules_in(role), ("fedfair.runtime.collaborator",)) == []
+
+
+def test_the_shared_peer_reaches_no_role() -> None:
+    assert modules_in("fedfair.runtime.peer"), "fedfair.runtime.peer is missing"
+    assert violations(modules_in("fedfair.runtime.peer"), ROLES) == []
+
+
+def test_what_an_operator_sees_reaches_no_role() -> None:
+    assert violations(modules_in("fedfair.runtime.observe"), ROLES) == []
 
 
 def test_the_output_folder_layout_reaches_nothing_of_fedfair() -> None:

@@ -43,7 +43,7 @@ from fedfair.core.models import flat_parameters
 from fedfair.runtime.local.processes import Child, child_environment
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import CollaboratorConfig, load_collaborator_config
-from fedfair.runtime.collaborator.retries import RetryPolicy
+from fedfair.runtime.peer.retries import RetryPolicy
 from fedfair.runtime.collaborator.trainer import TrainerFactory
 from fedfair.runtime.local.workspace import Workspace, make_workspace
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, SharedSettings, load_aggregator_plan

@@ -5,7 +5,7 @@ Rows of the record scenario (:mod:`attacks.record`), with a control where the ho
 - 2 GiB announced: the target a real process beside two sites in threads; round 1 runs honestly (the
   control), then round 2's ADVERTISE_KEYS tasks and the FINISHED task announce a 2 GiB input that Fetch
   would stream in 1 MiB chunks: the process's peak RSS (VmHWM) may grow by at most its plan-derived cap
-  (:func:`~fedfair.runtime.collaborator.uplink.input_limit`) + 100 MiB, and nothing is fetched;
+  (:func:`~fedfair.runtime.peer.uplink.input_limit`) + 100 MiB, and nothing is fetched;
 - TRAIN flood: the aggregator's gRPC service alone (no round loop), publishing N TRAIN tasks (20,000;
   2,000 with ``--quick``) for rounds 1..N of a 3-round plan, each round a distinct model, to the target
   as a real process: it may train at most 3 times. Each task's model download is counted too.
@@ -32,7 +32,7 @@ from fedfair.runtime.aggregator import board as board_module
 from fedfair.runtime.aggregator.network import Network, serve
 from fedfair.runtime.aggregator.servicer import Servicer
 from fedfair.runtime.aggregator.start import prepare
-from fedfair.runtime.collaborator.uplink import input_limit
+from fedfair.runtime.peer.uplink import input_limit
 from fedfair.runtime.local.workspace import Workspace, make_workspace
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from fedfair.runtime.contract import EVALUATION, TRAINING, Aggregations

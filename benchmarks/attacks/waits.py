@@ -45,7 +45,7 @@ from fedfair.runtime.aggregator.start import prepare
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.input_record import FORMAT as RECORD_FORMAT
-from fedfair.runtime.collaborator.retries import RetryPolicy
+from fedfair.runtime.peer.retries import RetryPolicy
 from fedfair.runtime.local.workspace import Workspace, make_workspace
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest
 from fedfair.runtime.transport import pb

@@ -15,7 +15,7 @@ def _start_command(args: argparse.Namespace) -> int:
     from fedfair.core.errors import ConfigError
     from fedfair.runtime.auditor.config import auditor_config_from_flags, load_auditor_config
     from fedfair.runtime.auditor.process import AuditorProcess
-    from fedfair.runtime.collaborator.retries import process_started
+    from fedfair.runtime.peer.retries import process_started
 
     flags = {"cert": args.cert, "key": args.key, "manifest": args.manifest, "aggregator": args.aggregator}
     if args.config is not None:

@@ -18,7 +18,7 @@ def _start_command(args: argparse.Namespace) -> int:
     from fedfair.runtime.collaborator.client import Collaborator
     from fedfair.runtime.collaborator.config import load_collaborator_config
     from fedfair.runtime.collaborator.metrics import start_site_monitoring
-    from fedfair.runtime.collaborator.retries import process_started
+    from fedfair.runtime.peer.retries import process_started
     from fedfair.runtime.failures import AUDITOR_REFUSED, EXIT_REFUSED
     from fedfair.runtime.stops import stop_name, stop_on_signals, stop_status
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedfair.runtime.collaborator.kinds.bounded import bounded_encoding
-from fedfair.runtime.collaborator.uplink import input_limit
+from fedfair.runtime.peer.uplink import input_limit
 from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.runtime.contract import EVALUATION, Aggregations
 from tests.runtime.wire_stages import BOUNDED_TRAINING

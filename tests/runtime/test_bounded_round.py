@@ -43,7 +43,7 @@ from fedfair.runtime.collaborator.kinds.bounded import bounded_encoding
 from fedfair.runtime.collaborator.chain import ModelChain
 from fedfair.runtime.collaborator.stage_steps import round_steps
 from fedfair.runtime.collaborator.steps import Participant, Work
-from fedfair.runtime.collaborator.uplink import input_limit
+from fedfair.runtime.peer.uplink import input_limit
 from tests.runtime.wire_stages import BOUNDED_TRAINING
 from fedfair.runtime.contract import (
     ACCEPTED,

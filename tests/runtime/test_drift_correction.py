@@ -43,7 +43,7 @@ from fedfair.runtime.collaborator.config import (
     CollaboratorConfig,
     load_collaborator_config,
 )
-from fedfair.runtime.collaborator.retries import RetryPolicy
+from fedfair.runtime.peer.retries import RetryPolicy
 from fedfair.core.update import update_dimension
 from fedfair.runtime.contract import (
     split_training_download,

@@ -23,7 +23,7 @@ from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.local.workspace import Workspace
 from fedfair.runtime.collaborator.steps import KIND_STEPS, register_kind_steps
 from fedfair.runtime.aggregator.progress_line import stage_noun
-from fedfair.runtime.collaborator.uplink import input_limit
+from fedfair.runtime.peer.uplink import input_limit
 from fedfair.runtime.contract import Aggregations, EVALUATION, aggregations, training_stages
 from fedfair.core.errors import ConfigError
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, shared_content

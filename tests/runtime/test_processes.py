@@ -55,7 +55,7 @@ from fedfair.runtime.aggregator.checkpoint import load_checkpoint, read_round_lo
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.collaborator.retries import RetryPolicy
+from fedfair.runtime.peer.retries import RetryPolicy
 from fedfair.runtime.collaborator.trainer import RoundTrainer, round_trainer
 from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, load_aggregator_plan, plan_digest
 from tests.federations import adult_by_race

@@ -49,7 +49,7 @@ from fedfair.privacy.ledger import data_digest
 from fedfair.privacy.ledger_home import ledger_folder
 from fedfair.runtime.collaborator.charges import data_identity
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.collaborator.retries import (
+from fedfair.runtime.peer.retries import (
     RetryPolicy,
     refusal,
 )

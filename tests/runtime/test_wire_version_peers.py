@@ -21,7 +21,7 @@ import pytest
 
 from fedfair.core.errors import PermanentFailureError
 from fedfair.runtime.aggregator import servicer as servicer_module
-from fedfair.runtime.collaborator import connection
+from fedfair.runtime.peer import connection
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.failures import WIRE_VERSION_MISMATCH

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fedfair.runtime.collaborator.retries import DEFAULT_RETRY_POLICY
+from fedfair.runtime.peer.retries import DEFAULT_RETRY_POLICY
 from fedfair.runtime.local.processes import FEDFAIR_COMMAND, child_environment
 from fedfair.runtime.local.workspace import free_port
 from tests.runtime.harness import new_workspace

@@ -23,8 +23,8 @@ from fedfair import pki
 from fedfair.core.errors import ConfigError, ManifestError
 from fedfair.core.tables import ADDRESS_RE, Table, check_sections, read_toml
 from fedfair.pki.names import validate_name
-from fedfair.runtime.collaborator.config import DEFAULT_IDLE_TIMEOUT_SECONDS, retry_policy
-from fedfair.runtime.collaborator.retries import DEFAULT_RETRY_POLICY, RetryPolicy
+from fedfair.runtime.peer.retries import DEFAULT_RETRY_POLICY, RetryPolicy, retry_policy
+from fedfair.runtime.peer.watchdog import DEFAULT_IDLE_TIMEOUT_SECONDS, idle_timeout
 from fedfair.runtime.manifest import (
     UNPINNED_PLAN_WARNING,
     Manifest,
@@ -96,12 +96,7 @@ def parse_auditor_config(data: dict[str, Any], source: Path) -> AuditorConfig:
         manifest=manifest,
         folder=me.path("folder", base, "."),
         source=source,
-        idle_timeout_seconds=me.number(
-            "idle_timeout_seconds",
-            DEFAULT_IDLE_TIMEOUT_SECONDS,
-            check=lambda x: x >= 1,
-            expected="seconds >= 1 (how long to wait on a silent aggregator)",
-        ),
+        idle_timeout_seconds=idle_timeout(me),
         retry=retry_policy(where, data),
     )
 

@@ -1,9 +1,9 @@
 """The auditor's process: connect as the plan's auditor, follow the task stream, verify each bounded sum.
 
-:class:`AuditorProcess` is a :class:`~fedfair.runtime.collaborator.connection.Follower` of the collaborator's
-:class:`~fedfair.runtime.collaborator.connection.Connection` (dial over mutual TLS with its auditor certificate,
-back-off, idle watchdog, the task loop) and uploads through the collaborator's
-:class:`~fedfair.runtime.collaborator.uplink.Uplink`: it only supplies what a task computes. Before it dials it
+:class:`AuditorProcess` is a :class:`~fedfair.runtime.peer.connection.Follower` of the shared peer's
+:class:`~fedfair.runtime.peer.connection.Connection` (dial over mutual TLS with its auditor certificate,
+back-off, idle watchdog, the task loop) and uploads through the peer's
+:class:`~fedfair.runtime.peer.uplink.Uplink`, as a collaborator does: it only supplies what a task computes. Before it dials it
 checks what is local (:func:`~fedfair.runtime.auditor.config.check_auditor_identity`); on the plan it fetches, that
 the plan is its manifest's and its training kind has an auditor, which it names; then, round after round, it takes
 that kind's auditor stages with the steps the kind registered (:mod:`fedfair.runtime.auditor.steps`; the bounded
@@ -30,10 +30,9 @@ from fedfair.runtime.auditor.config import ROLE, AuditorConfig, check_auditor_id
 from fedfair.runtime.auditor import kinds as kinds  # registers the built-in kinds' auditors
 from fedfair.runtime.auditor.steps import AUDITOR_STEPS, AuditorSteps
 from fedfair.runtime.auditor.totals import check_kept_state
-from fedfair.runtime.collaborator.connection import Connection, get_plan
-from fedfair.runtime.collaborator.preparation import plan_change
-from fedfair.runtime.collaborator.retries import RETRYABLE, Backoff, RetryPolicy, Target
-from fedfair.runtime.collaborator.uplink import Uplink
+from fedfair.runtime.peer.connection import Connection, get_plan, plan_change
+from fedfair.runtime.peer.retries import RETRYABLE, Backoff, RetryPolicy, Target
+from fedfair.runtime.peer.uplink import Uplink
 from fedfair.runtime.failures import plan_mismatch
 from fedfair.runtime.manifest_plan import check_shared_settings
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object, load_shared_settings

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from fedfair.core.errors import ConfigError
 from fedfair.runtime.collaborator.steps import Participant
-from fedfair.runtime.collaborator.uplink import Uplink
+from fedfair.runtime.peer.uplink import Uplink
 from fedfair.runtime.transport import pb_grpc
 
 CatchUp = Callable[[Participant, Uplink, pb_grpc.FederationStub, int], bool]

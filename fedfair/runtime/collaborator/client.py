@@ -29,7 +29,7 @@ from fedfair.datasets.encoder import Encoder as TableEncoder
 from fedfair.runtime.collaborator import answers
 from fedfair.runtime.collaborator.charges import Charges, open_ledger, open_record
 from fedfair.runtime.collaborator.config import CollaboratorConfig
-from fedfair.runtime.collaborator.connection import Connection
+from fedfair.runtime.peer.connection import Connection, plan_change
 from fedfair.runtime.collaborator.identity import check_identity
 from fedfair.runtime.collaborator.preparation import (
     Joined,
@@ -37,7 +37,6 @@ from fedfair.runtime.collaborator.preparation import (
     as_participant,
     encode_table,
     join,
-    plan_change,
     prepare,
     say_joined,
 )
@@ -49,7 +48,7 @@ from fedfair.runtime.collaborator.receipt import (
     federation_file,
     receive_bundle,
 )
-from fedfair.runtime.collaborator.retries import Backoff, RetryPolicy, Target
+from fedfair.runtime.peer.retries import Backoff, RetryPolicy, Target
 from fedfair.runtime.collaborator.rounds import RoundJob, stored, resent
 from fedfair.runtime.collaborator.updates import TrainedUpdate, clip_plain_update, control_beyond_clip
 from fedfair.runtime.collaborator.kernels import load_kernels
@@ -64,7 +63,7 @@ from fedfair.runtime.collaborator.trainer import (
     read_local_data,
     round_trainer,
 )
-from fedfair.runtime.collaborator.uplink import CLAIMS, RPC_SECONDS, TAG_SETS, StatusReports, Uplink, input_limit
+from fedfair.runtime.peer.uplink import CLAIMS, RPC_SECONDS, TAG_SETS, StatusReports, Uplink, input_limit
 from fedfair.runtime.contract import EVALUATION, model_digest
 from fedfair.runtime.failures import BUNDLE_REFUSED, LOCAL_PRIVACY, MODEL_UNCHECKED
 from fedfair.runtime.manifest_update import LiveManifest
@@ -436,7 +435,7 @@ class Collaborator(TaskStream):
         """The input of `task`'s stage: a claimed sum or a tag set as a read-only view of its buffer, any other as bytes.
 
         The one the task carries, or else fetched, within the pinned plan's bound
-        (:func:`~fedfair.runtime.collaborator.uplink.input_limit`); a tag set of 64 MiB or more (every survivor's
+        (:func:`~fedfair.runtime.peer.uplink.input_limit`); a tag set of 64 MiB or more (every survivor's
         masked input, above RESUMMED_WORDS) in an unlinked file beside the site's config, mapped.
         """
         stage = WireStage.of(task.binding)

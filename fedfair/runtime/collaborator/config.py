@@ -25,7 +25,8 @@ from fedfair.core.config import FACTORY_PATH
 from fedfair.pki.names import FEDERATION_ID_RE, validate_name
 from fedfair.privacy.config import MODES, PrivacyConfig
 from fedfair.runtime.collaborator.consent import REFUSE_AUDITORS, read_refused_auditors
-from fedfair.runtime.collaborator.retries import DEFAULT_RETRY_POLICY, RetryPolicy
+from fedfair.runtime.peer.retries import DEFAULT_RETRY_POLICY, RetryPolicy, retry_policy
+from fedfair.runtime.peer.watchdog import DEFAULT_IDLE_TIMEOUT_SECONDS, idle_timeout
 from fedfair.runtime.observe.endpoint import SECTION as MONITORING, MonitoringSettings, parse_monitoring
 from fedfair.runtime.manifest import NO_MANIFEST_WARNING, UNPINNED_PLAN_WARNING, Manifest, load_manifest
 from fedfair.core.tables import (
@@ -47,14 +48,6 @@ PRIVACY_KEYS = ("enabled", "mode", "noise_multiplier", "target_epsilon", "max_gr
 SHARE_EPSILON_KEY = "share_epsilon"
 """[privacy] share_epsilon: whether this institution reports its cumulative epsilon to the aggregator
 each round. Not a DP-SGD setting, so it lives beside PrivacyConfig, not in it."""
-
-RETRY_KEYS = ("max_wait_seconds", "start_wait_seconds", "first_delay_seconds", "max_delay_seconds")
-"""The keys of [retry]: RetryPolicy's bounds in time (an outage; an aggregator never reached), first and largest delay."""
-
-DEFAULT_IDLE_TIMEOUT_SECONDS = 3600.0
-"""[collaborator] idle_timeout_seconds: how long a collaborator waits on its aggregator without progress
-(no task carried out, a download stalled) before it exits with aggregator-silent. An hour: well above a
-round of any plan's default timeouts, and above how long a federation usually takes to gather its quorum."""
 
 DEFAULT_NOISE_MULTIPLIER = 1.0
 """Sigma when [privacy] names neither noise_multiplier nor target_epsilon."""
@@ -185,12 +178,7 @@ def parse_collaborator_config(data: Mapping[str, Any], source: Path) -> Collabor
             SHARE_EPSILON_KEY, False
         ),
         factories=_factories(where, data),
-        idle_timeout_seconds=me.number(
-            "idle_timeout_seconds",
-            DEFAULT_IDLE_TIMEOUT_SECONDS,
-            check=lambda x: x >= 1,
-            expected="seconds >= 1 (how long to wait on a silent aggregator)",
-        ),
+        idle_timeout_seconds=idle_timeout(me),
         monitoring=parse_monitoring(where, data, base),
         refused_auditors=read_refused_auditors(me),
     )
@@ -328,22 +316,4 @@ def _privacy(source: str, data: Mapping[str, object]) -> PrivacyConfig:
         max_grad_norm=t.number("max_grad_norm", d.max_grad_norm, check=lambda x: x > 0, expected="a number > 0"),
         delta=t.number("delta", d.delta, check=lambda x: 0 < x < 1, expected="a number in (0, 1)"),
         budget_epsilon=positive("budget_epsilon"),
-    )
-
-
-def retry_policy(source: str, data: Mapping[str, object]) -> RetryPolicy:
-    """[retry] of a collaborator's or the auditor's file: how long an unreachable aggregator is waited for.
-
-    Also the back-off's first and largest delay; the defaults stand where a key or the section is left out.
-    """
-    t = Table.of(source, data, "retry", RETRY_KEYS)
-    d = DEFAULT_RETRY_POLICY
-    max_wait = t.number("max_wait_seconds", d.max_wait_seconds, check=lambda x: x > 0, expected="seconds > 0")
-    start_wait = t.number("start_wait_seconds", d.start_wait_seconds, check=lambda x: x > 0, expected="seconds > 0")
-    first = t.number("first_delay_seconds", d.base_seconds, check=lambda x: x > 0, expected="seconds > 0")
-    largest = t.number("max_delay_seconds", d.cap_seconds, check=lambda x: x > 0, expected="seconds > 0")
-    if largest < first:
-        t.fail(f"[retry] max_delay_seconds = {largest:g} is below first_delay_seconds = {first:g}; raise it")
-    return RetryPolicy(
-        max_wait_seconds=max_wait, start_wait_seconds=start_wait, base_seconds=first, cap_seconds=largest
     )

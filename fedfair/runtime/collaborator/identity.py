@@ -16,7 +16,7 @@ from fedfair import pki
 from fedfair.core.errors import ConfigError, PermanentFailureError
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.collaborator.config import CollaboratorConfig
-from fedfair.runtime.collaborator.retries import Target, mismatched_ca
+from fedfair.runtime.peer.retries import Target, mismatched_ca
 from fedfair.runtime.failures import LOCAL_CERTIFICATES, LOCAL_MANIFEST
 from fedfair.runtime.manifest import check_certificate
 from fedfair.runtime.manifest_update import LiveManifest
@@ -44,7 +44,7 @@ def check_identity(config: CollaboratorConfig) -> Identity:
     except ConfigError as error:
         # A certificate that does not verify against ca.crt: the aggregator's tells which of the two is wrong.
         target = Target(config.aggregator, files, config.aggregator_name)
-        raise mismatched_ca(target) or PermanentFailureError(
+        raise mismatched_ca(target, "collaborator") or PermanentFailureError(
             LOCAL_CERTIFICATES, reason=error, config=config.source
         ) from None
     if certified != config.name:

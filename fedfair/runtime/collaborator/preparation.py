@@ -5,7 +5,7 @@ institution allows (its federation, its manifest, the model factories it trusts)
 anything is built. Without a [schema] the data is cut and the learner built at once
 (:func:`prepare`); under a [schema] the table is checked now and encoded once the
 statistics of every site's table arrive with the first start stage (:func:`encode_table`,
-`fedfair.runtime.preprocessing`). Once joined, :func:`plan_change` says why a plan served later is refused.
+`fedfair.runtime.preprocessing`). A plan served once joined is the peer's to check (`plan_change`).
 
 The learner is built exactly as the in-process simulation builds client i (same model
 seed, same sampler seed), and kept for the whole process: it holds the drift
@@ -23,20 +23,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedfair.core.errors import ConfigError, FailureError, PermanentFailureError, WireError
+from fedfair.core.errors import ConfigError, PermanentFailureError, WireError
 from fedfair.core.local import LocalLearner, RoundTrainer
 from fedfair.core.models import flat_parameters
 from fedfair.datasets.encoder import Encoder
 from fedfair.datasets.statistics import noised_statistics_vector, statistics_vector
 from fedfair.runtime.collaborator.charges import open_ledger, open_record
-from fedfair.runtime.collaborator.connection import get_plan
+from fedfair.runtime.peer.connection import get_plan
 from fedfair.runtime.collaborator.consent import check_input_bound
 from fedfair.runtime.collaborator.input_record import InputRecord
 from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.identity import Identity
 from fedfair.runtime.collaborator.receipt import federation_file
-from fedfair.runtime.collaborator.retries import Backoff
+from fedfair.runtime.peer.retries import Backoff
 from fedfair.runtime.collaborator.steps import Participant
 from fedfair.runtime.collaborator.trainer import (
     LocalData,
@@ -48,16 +48,14 @@ from fedfair.runtime.collaborator.trainer import (
     encoded_data,
 )
 from fedfair import pki
-from fedfair.pki.roster import settings_digest
 from fedfair.runtime.composition_counts import composition_columns
-from fedfair.runtime.manifest import Manifest
-from fedfair.runtime.failures import FEDERATION_MISMATCH, LOCAL_PRIVACY, plan_changed, plan_mismatch
-from fedfair.runtime.manifest_plan import check_shared_settings, setting_differences
+from fedfair.runtime.failures import FEDERATION_MISMATCH, LOCAL_PRIVACY, plan_mismatch
+from fedfair.runtime.manifest_plan import check_shared_settings
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object, load_shared_settings
 from fedfair.runtime.plan.model import ModelSettings
 from fedfair.runtime.preprocessing import model_for, read_encoder_payload
 from fedfair.runtime.plan.privacy import privacy_shortfall
-from fedfair.runtime.transport import pb, pb_grpc
+from fedfair.runtime.transport import pb_grpc
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -290,31 +288,3 @@ def prepare(
         device,
     )
     return Prepared(trainer, learner, parameters, data, evaluation_model)
-
-
-def plan_change(role: str, manifest: Manifest | None, joined_digest: str, reply: pb.PlanReply) -> FailureError | None:
-    """Why a process of `role` ("collaborator", "auditor") joined under `joined_digest` refuses `reply`'s plan, or None.
-
-    Returns a ``plan-changed`` PermanentFailureError whose message names the fields unlike the plan `manifest` pins.
-
-    Raises:
-        PermanentFailureError: ``plan-mismatch`` when the served settings are not a JSON object.
-    """
-    if reply.plan_digest == joined_digest:
-        return None
-    try:
-        served = json_object(reply.settings, "the aggregator's plan")
-    except ConfigError as error:
-        raise plan_mismatch(role, error) from None
-    pin = None if manifest is None else manifest.plan
-    if pin is None:
-        changes = f"this {role}'s manifest pins no plan, so the fields that changed are not known here"
-    else:
-        fields = setting_differences(pin.settings, served)
-        more = f"; and {len(fields) - 12} more" if len(fields) > 12 else ""
-        changes = (
-            "pinned -> served: " + "; ".join(fields[:12]) + more
-            if fields
-            else "the same shared settings: the aggregator's roster or manifest changed"
-        )
-    return plan_changed(role, settings_digest(served), changes)

@@ -45,7 +45,7 @@ from fedfair.runtime.collaborator.outcome import OutcomeRecord
 from fedfair.runtime.collaborator.preparation import Prepared
 from fedfair.runtime.collaborator.steps import KIND_ENCODINGS, Participant, StartJob, Work
 from fedfair.runtime.collaborator.updates import TrainedUpdate, clip_plain_update, control_pieces_beyond_clip
-from fedfair.runtime.collaborator.uplink import StatusReports, Uplink
+from fedfair.runtime.peer.uplink import StatusReports, Uplink
 from fedfair.runtime.composition_counts import CompositionColumn
 from fedfair.core.update import update_dimension
 from fedfair.runtime.contract import (

@@ -60,8 +60,8 @@ from fedfair.secagg.pieces import Pieces as SecAggPieces
 _Upload = TypeVar("_Upload")
 
 StageInput = bytes | memoryview
-"""A stage's input: bytes, or for a claimed sum or a tag set (:data:`~fedfair.runtime.collaborator.uplink.CLAIMS`,
-:data:`~fedfair.runtime.collaborator.uplink.TAG_SETS`) a read-only view of the buffer it arrived in."""
+"""A stage's input: bytes, or for a claimed sum or a tag set (:data:`~fedfair.runtime.peer.uplink.CLAIMS`,
+:data:`~fedfair.runtime.peer.uplink.TAG_SETS`) a read-only view of the buffer it arrived in."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The collaborator's side of the task stream: what each task makes it do.
 
 :class:`TaskStream` is the part of :class:`~fedfair.runtime.collaborator.client.Collaborator` that carries
-out the aggregator's tasks as its :class:`~fedfair.runtime.collaborator.connection.Connection` hands them
+out the aggregator's tasks as its :class:`~fedfair.runtime.peer.connection.Connection` hands them
 over: start stages as a job beside the stream (on the connection's executor), the secure-aggregation steps
 of :mod:`fedfair.runtime.collaborator.steps` in the stream's own thread, and what a failed task costs. The
 connection (dial, back-off, watchdog, task loop) is composed, not inherited: :meth:`run` and :meth:`stop`
@@ -27,8 +27,8 @@ from fedfair.core.errors import (
     WireError,
 )
 from fedfair.runtime.collaborator.config import CollaboratorConfig
-from fedfair.runtime.collaborator.connection import Connection
-from fedfair.runtime.collaborator.retries import RETRYABLE
+from fedfair.runtime.peer.connection import Connection
+from fedfair.runtime.peer.retries import RETRYABLE
 from fedfair.runtime.collaborator.stage_steps import round_steps
 from fedfair.runtime.collaborator.steps import Participant, StageInput, StartJob, Work
 from fedfair.runtime.contract import EVALUATION, Aggregations, Stages, training_stages

@@ -132,7 +132,7 @@ def channel_options(
     name to verify instead of the host in the address (e.g. when dialling an IP).
 
     gRPC's own reconnect back-off grows to two minutes; the collaborator's retries
-    (:mod:`fedfair.runtime.collaborator.retries`) already pace and bound the waiting, so the
+    (:mod:`fedfair.runtime.peer.retries`) already pace and bound the waiting, so the
     channel's is kept at most :data:`RECONNECT_MS`: a site started before its aggregator then
     joins within about a second of it coming up instead of after the channel's next scheduled try.
     """

@@ -11,7 +11,7 @@ import pytest
 from fedfair.core.errors import PermanentFailureError
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.collaborator.retries import RetryPolicy
+from fedfair.runtime.peer.retries import RetryPolicy
 from fedfair.runtime.failures import NEVER_ANSWERED
 from fedfair.runtime.observe.logs import Console
 from tests.runtime.harness import new_workspace

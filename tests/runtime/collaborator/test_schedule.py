@@ -19,13 +19,13 @@ from fedfair.core.errors import Refusal, RefusedError
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.aggregator.network import serve
-from fedfair.runtime.collaborator import connection
+from fedfair.runtime.peer import connection
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.charges import open_ledger
 from fedfair.runtime.collaborator.config import load_collaborator_config
 from fedfair.runtime.collaborator.input_record import InputRecord
 from fedfair.runtime.collaborator.stored_answer import StoredAnswer
-from fedfair.runtime.collaborator.retries import RetryPolicy
+from fedfair.runtime.peer.retries import RetryPolicy
 from fedfair.runtime.collaborator.rounds import check_scheduled
 from fedfair.runtime.plan import aggregator_plan as plan
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedfair.runtime.collaborator.uplink import Uplink, input_limit
+from fedfair.runtime.peer.uplink import Uplink, input_limit
 from fedfair.runtime.contract import EVALUATION, TRAINING, Aggregations
 from tests.runtime.wire_stages import BOUNDED_TRAINING
 from fedfair.runtime.transport import EVALUATE, WireStage, make_binding, pb

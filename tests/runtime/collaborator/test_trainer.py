@@ -32,7 +32,7 @@ from fedfair.runtime.collaborator import client as client_module
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.datasets.schema import Column, Schema
 from fedfair.runtime.collaborator.config import DataSettings, load_collaborator_config
-from fedfair.runtime.collaborator.retries import RetryPolicy
+from fedfair.runtime.peer.retries import RetryPolicy
 from fedfair.runtime.collaborator.trainer import (
     LocalData,
     LocalTable,

@@ -21,7 +21,7 @@ import grpc
 from fedfair.core.errors import ProtocolError, RefusedError, VerificationError, VerifyReason, WireError
 from fedfair.runtime.collaborator.catch_up import register_catch_up
 from fedfair.runtime.collaborator.steps import Participant
-from fedfair.runtime.collaborator.uplink import RPC_SECONDS, Uplink, input_limit
+from fedfair.runtime.peer.uplink import RPC_SECONDS, Uplink, input_limit
 from fedfair.runtime.contract import TRAINING, RoundParameters, aggregations
 from fedfair.runtime.transport import Reassembler, assemble, make_binding, pb, pb_grpc
 from fedfair.secagg.bystander import PastRound, check_past_sum

@@ -22,8 +22,8 @@ from fedfair.core.errors import FailureError, PermanentFailureError
 from fedfair.runtime.aggregator.network import serve
 from fedfair.runtime.collaborator.client import Collaborator
 from fedfair.runtime.collaborator.config import load_collaborator_config
-from fedfair.runtime.collaborator.retries import STARTING_SECONDS, Backoff, RetryPolicy, Target
-from fedfair.runtime.collaborator.watchdog import Watchdog
+from fedfair.runtime.peer.retries import STARTING_SECONDS, Backoff, RetryPolicy, Target
+from fedfair.runtime.peer.watchdog import Watchdog
 from fedfair.runtime.failures import AGGREGATOR_UNREACHABLE, plan_changed
 from fedfair.runtime.local.processes import start_aggregator, start_collaborator
 from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, plan_digest, shared_settings

@@ -1,10 +1,10 @@
-"""How a collaborator tells a passing fault from a permanent one, and waits out the passing ones.
+"""How a party dialling the aggregator tells a passing fault from a permanent one, and waits out the passing ones.
 
 Transient failures are retried with jittered exponential back-off, one log line per retry, until
 the outage has lasted ``[retry] max_wait_seconds``. Before the aggregator has answered once it is
 tried every second at most, with one console line, until ``[retry] start_wait_seconds``, then
-:data:`~fedfair.runtime.failures.NEVER_ANSWERED`. The wait ends early when the collaborator is
-asked to stop; nothing waits on a fixed sleep. A permanent failure raises
+:data:`~fedfair.runtime.failures.NEVER_ANSWERED`. The wait ends early when the party (a collaborator, the
+auditor) is asked to stop; nothing waits on a fixed sleep. A permanent failure raises
 :class:`~fedfair.core.errors.PermanentFailureError` at once.
 
 Why: docs/design.md, "Inside the collaborator".
@@ -20,7 +20,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -29,6 +29,7 @@ import grpc
 from cryptography import x509
 
 from fedfair.core.errors import FailureError, PermanentFailureError
+from fedfair.core.tables import Table
 from fedfair.runtime.failures import (
     CERTIFICATE_EXPIRED,
     CERTIFICATE_NOT_FEDERATIONS,
@@ -108,6 +109,27 @@ class RetryPolicy:
 
 DEFAULT_RETRY_POLICY = RetryPolicy()
 
+RETRY_KEYS = ("max_wait_seconds", "start_wait_seconds", "first_delay_seconds", "max_delay_seconds")
+"""The keys of [retry]: RetryPolicy's bounds in time (an outage; an aggregator never reached), first and largest delay."""
+
+
+def retry_policy(source: str, data: Mapping[str, object]) -> RetryPolicy:
+    """[retry] of a collaborator's or the auditor's file: how long an unreachable aggregator is waited for.
+
+    Also the back-off's first and largest delay; the defaults stand where a key or the section is left out.
+    """
+    t = Table.of(source, data, "retry", RETRY_KEYS)
+    d = DEFAULT_RETRY_POLICY
+    max_wait = t.number("max_wait_seconds", d.max_wait_seconds, check=lambda x: x > 0, expected="seconds > 0")
+    start_wait = t.number("start_wait_seconds", d.start_wait_seconds, check=lambda x: x > 0, expected="seconds > 0")
+    first = t.number("first_delay_seconds", d.base_seconds, check=lambda x: x > 0, expected="seconds > 0")
+    largest = t.number("max_delay_seconds", d.cap_seconds, check=lambda x: x > 0, expected="seconds > 0")
+    if largest < first:
+        t.fail(f"[retry] max_delay_seconds = {largest:g} is below first_delay_seconds = {first:g}; raise it")
+    return RetryPolicy(
+        max_wait_seconds=max_wait, start_wait_seconds=start_wait, base_seconds=first, cap_seconds=largest
+    )
+
 
 @dataclass(frozen=True)
 class Target:
@@ -170,22 +192,22 @@ def probe(target: Target, timeout: float = PROBE_SECONDS) -> FailureError | None
     return None
 
 
-def mismatched_ca(target: Target, timeout: float = PROBE_SECONDS) -> PermanentFailureError | None:
-    """Which file is wrong when this collaborator's certificate does not verify against its ca.crt; None: unknown.
+def mismatched_ca(target: Target, role: str, timeout: float = PROBE_SECONDS) -> PermanentFailureError | None:
+    """Which file is wrong when this party's certificate (for `role`) does not verify against its ca.crt; None: unknown.
 
     Either ca.crt is not the federation's (a wrong CA file) or the certificate is not from the federation's CA
     (a rogue or stray one). The aggregator's certificate tells them apart: read without verifying (nothing is
     sent), it verifies against a ca.crt that is the federation's, and shares its issuer with a certificate from
     the federation's CA. None when the aggregator cannot be reached or neither holds.
     """
-    from cryptography import x509  # not loaded by a collaborator whose files are right
+    from cryptography import x509  # not loaded by a party whose files are right
 
     from fedfair import pki
     from fedfair.core.errors import ConfigError
 
     try:
         ca, own = pki.load_certificate(target.files.ca), pki.load_certificate(target.files.cert)
-        pki.verify_certificate(own, ca, "collaborator")
+        pki.verify_certificate(own, ca, role)
     except pki.CertificateError:
         pass  # the mismatch this tells apart
     except ConfigError:
@@ -268,7 +290,7 @@ def classify(error: grpc.RpcError, what: str, target: Target, certified_name: st
 
 
 class Backoff:
-    """One collaborator's retries: classify each failure, stop on a permanent one, wait out the others.
+    """One party's retries: classify each failure, stop on a permanent one, wait out the others.
 
     `stop` (set from another thread) cuts a wait short.
     """

@@ -3,8 +3,8 @@
 A :class:`Connection` is composed with a :class:`Follower`, the participant it follows the task stream for
 (:class:`~fedfair.runtime.collaborator.client.Collaborator`, or the auditor's
 :class:`~fedfair.runtime.auditor.process.AuditorProcess`): it dials a new mutual-TLS channel per connection,
-waits the back-off of :mod:`fedfair.runtime.collaborator.retries` between connections, ends a connection the
-aggregator left silent (:mod:`fedfair.runtime.collaborator.watchdog`), and hands each task to the follower's
+waits the back-off of :mod:`fedfair.runtime.peer.retries` between connections, ends a connection the
+aggregator left silent (:mod:`fedfair.runtime.peer.watchdog`), and hands each task to the follower's
 :meth:`Follower.handle`. What a task computes is the follower's; the connection lends it, while a connection
 is open, the executor its round jobs run on (:attr:`Connection.jobs`), the watchdog and the line budget.
 """
@@ -19,13 +19,16 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
 
-from fedfair.core.errors import FailureError
-from fedfair.runtime.collaborator.retries import Backoff
-from fedfair.runtime.collaborator.uplink import RPC_SECONDS, federation_stub
-from fedfair.runtime.collaborator.watchdog import Watchdog
+from fedfair.core.errors import ConfigError, FailureError
+from fedfair.pki.roster import settings_digest
+from fedfair.runtime.peer.retries import Backoff
+from fedfair.runtime.peer.uplink import RPC_SECONDS, federation_stub
+from fedfair.runtime.peer.watchdog import Watchdog
 from fedfair.runtime.contract import STREAM_ACCEPTED, aggregations
-from fedfair.runtime.failures import CONNECTION_LOST, wire_version_mismatch
-from fedfair.runtime.plan.aggregator_plan import SharedSettings
+from fedfair.runtime.failures import CONNECTION_LOST, plan_changed, plan_mismatch, wire_version_mismatch
+from fedfair.runtime.manifest import Manifest
+from fedfair.runtime.manifest_plan import setting_differences
+from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object
 from fedfair.runtime.rate_limits import LineBudget, RateLimit
 from fedfair.runtime.transport import (
     JOIN,
@@ -73,6 +76,34 @@ def get_plan(stub: pb_grpc.FederationStub, role: str, address: str) -> pb.PlanRe
     if reply.wire_version != WIRE_VERSION:
         raise wire_version_mismatch(role, address, describe_version(reply.wire_version), ours)
     return reply
+
+
+def plan_change(role: str, manifest: Manifest | None, joined_digest: str, reply: pb.PlanReply) -> FailureError | None:
+    """Why a process of `role` ("collaborator", "auditor") joined under `joined_digest` refuses `reply`'s plan, or None.
+
+    Returns a ``plan-changed`` PermanentFailureError whose message names the fields unlike the plan `manifest` pins.
+
+    Raises:
+        PermanentFailureError: ``plan-mismatch`` when the served settings are not a JSON object.
+    """
+    if reply.plan_digest == joined_digest:
+        return None
+    try:
+        served = json_object(reply.settings, "the aggregator's plan")
+    except ConfigError as error:
+        raise plan_mismatch(role, error) from None
+    pin = None if manifest is None else manifest.plan
+    if pin is None:
+        changes = f"this {role}'s manifest pins no plan, so the fields that changed are not known here"
+    else:
+        fields = setting_differences(pin.settings, served)
+        more = f"; and {len(fields) - 12} more" if len(fields) > 12 else ""
+        changes = (
+            "pinned -> served: " + "; ".join(fields[:12]) + more
+            if fields
+            else "the same shared settings: the aggregator's roster or manifest changed"
+        )
+    return plan_changed(role, settings_digest(served), changes)
 
 
 class Dialling(Protocol):

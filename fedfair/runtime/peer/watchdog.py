@@ -1,13 +1,13 @@
-"""A wait on the aggregator that says so and ends: the collaborator's idle watchdog.
+"""A wait on the aggregator that says so and ends: the idle watchdog of a collaborator or the auditor.
 
-While a collaborator follows the task stream it waits on the aggregator: for the next
+While a party (a collaborator, the auditor) follows the task stream it waits on the aggregator: for the next
 task, for a model or a stage's input to download, for the aggregator to come back. An
 aggregator that stays up and sends nothing would hold it forever. :class:`Watchdog` counts
 the seconds since the last progress (a task carried out); every ``report_seconds`` of a wait
-it logs one line saying what it waits for and for how long, and once the wait reaches
-``[collaborator] idle_timeout_seconds`` it calls its ``expire`` callback (the task stream closes
-its channel, which ends every RPC on it at once) and holds the failure the collaborator then
-exits with, ``aggregator-silent``. Time spent on this collaborator's own work (training,
+it logs one line saying what it waits for and for how long, and once the wait reaches its file's
+``idle_timeout_seconds`` it calls its ``expire`` callback (the task stream closes
+its channel, which ends every RPC on it at once) and holds the failure the party then
+exits with, ``aggregator-silent``. Time spent on the party's own work (training,
 encoding) is not waiting: the aggregator then waits for it, not the other way round.
 """
 
@@ -20,16 +20,32 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from fedfair.core.errors import PermanentFailureError
+from fedfair.core.tables import Table
 from fedfair.runtime.failures import AGGREGATOR_SILENT
 
 logger = logging.getLogger("fedfair.collaborator")
+
+DEFAULT_IDLE_TIMEOUT_SECONDS = 3600.0
+"""[collaborator] (or [auditor]) idle_timeout_seconds: how long a party waits on its aggregator without progress
+(no task carried out, a download stalled) before it exits with aggregator-silent. An hour: well above a
+round of any plan's default timeouts, and above how long a federation usually takes to gather its quorum."""
 
 REPORT_SECONDS = 60.0
 """How often a collaborator waiting on its aggregator says so (or four times per idle timeout, if shorter)."""
 
 
+def idle_timeout(section: Table) -> float:
+    """The ``idle_timeout_seconds`` of a party's own section: at least a second, an hour where left out."""
+    return section.number(
+        "idle_timeout_seconds",
+        DEFAULT_IDLE_TIMEOUT_SECONDS,
+        check=lambda x: x >= 1,
+        expected="seconds >= 1 (how long to wait on a silent aggregator)",
+    )
+
+
 class Watchdog:
-    """Times one collaborator's waits on the aggregator; see the module's notes. Thread-safe."""
+    """Times one party's waits on the aggregator; see the module's notes. Thread-safe."""
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""What this collaborator sends and fetches over a connection, and the bytes it sends per round.
+"""What a party (a collaborator, the auditor) sends and fetches over a connection, and the bytes it sends per round.
 
 Every request that leaves the institution is counted in :attr:`Uplink.uploaded_bytes`, per
 round: the task stream and the start stage's job both send, so the count is locked.
