@@ -324,13 +324,8 @@ class StageSpec(Generic[PartyT, ServerT, InputT, UploadT]):
         """
         kind_server = cast(ServerT, server)
         receive, close, ready, withheld = self.receive, self.close, self.ready, self.withheld
-
-        def received(upload: object) -> None:
-            assert receive is not None  # only a stage whose parties upload a message has a receive
-            receive(kind_server, cast(UploadT, upload))
-
         return ServerHooks(
-            received if receive is not None else None,
+            None if receive is None else cast(Callable[[object], None], partial(receive, kind_server)),
             None if close is None else partial(close, kind_server),
             None if ready is None else partial(ready, kind_server),
             None if withheld is None else partial(withheld, kind_server),
