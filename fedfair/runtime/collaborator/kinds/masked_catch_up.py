@@ -26,8 +26,6 @@ from fedfair.runtime.contract import TRAINING, RoundParameters, aggregations
 from fedfair.runtime.transport import Reassembler, assemble, make_binding, pb, pb_grpc
 from fedfair.secagg.bystander import PastRound, check_past_sum
 from fedfair.secagg.masked_round import SECURE_ROUND
-from fedfair.secagg.messages import KeyDirectory, SurvivorSet, UnmaskRequest
-from fedfair.secagg.verify_messages import AggregateClaim, TagSet
 from fedfair.secagg.wire import Stage as SecAggStage
 
 logger = logging.getLogger("fedfair.collaborator")
@@ -128,16 +126,7 @@ def _parsed(me: Participant, round_number: int, inputs: list[bytes]) -> tuple[Ro
     """
     try:
         parameters = me.check_parameters_of(round_number, TRAINING, inputs[0])
-        # Each parsed as its stage parses it (_KEPT's inputs but the parameters, in order).
-        directory, survivor_set, unmask_request, claim, tag_set = inputs[1:]
-        past = PastRound(
-            KeyDirectory.from_bytes(directory),
-            SurvivorSet.from_bytes(survivor_set),
-            UnmaskRequest.from_bytes(unmask_request),
-            AggregateClaim.from_bytes(claim),
-            TagSet.from_bytes(tag_set),
-        )
-        return parameters, past
+        return parameters, PastRound.parsed(inputs[1:])  # _KEPT's inputs after the parameters, in order
     except (ProtocolError, RefusedError, ValueError, WireError) as error:
         raise VerificationError(
             round_number, VerifyReason.MALFORMED, f"the kept inputs of the round it missed do not check: {error}"
