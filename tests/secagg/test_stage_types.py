@@ -39,24 +39,10 @@ WRONG_KINDS = """
 from fedfair.secagg.bounded.server import BoundedServer
 from fedfair.secagg.bounded.stages import SHARE_STAGE
 from fedfair.secagg.client import Client
-from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.masked_round import ADVERTISE_KEYS_STAGE
-from fedfair.secagg.round import Opening, RoundSetup, SecureRound
-from fedfair.secagg.server import AggregateResult, Server
+from fedfair.secagg.masked_round import ADVERTISE_KEYS_STAGE, _claim as claim, _every_party as every_party
+from fedfair.secagg.masked_round import _masked_server as masked_server
+from fedfair.secagg.round import SecureRound
 from fedfair.secagg.wire import Stage
-
-
-def masked_server(config: SecAggConfig, setup: RoundSetup) -> Server:
-    return Server(config, setup.verify)
-
-
-def every_party(server: Server) -> Opening:
-    return Opening(tuple(map(server.config.party_id, server.config.parties)), None)
-
-
-def claim(server: Server, result: AggregateResult) -> Opening:
-    return Opening(result.contributors, server.claim())
-
 
 MIXED_STAGES = SecureRound(
     name="mixed-stages",
@@ -123,7 +109,7 @@ def test_mypy_refuses_a_kind_whose_stages_or_opening_take_another_server(tmp_pat
     said = checked.stdout
     assert checked.returncode == 1, said
     # A masked stage beside a bounded one: no one server takes both kinds' hooks.
-    assert 'wrong_kinds.py:24: error: Cannot infer value of type parameter "_Server" of "SecureRound"' in said, said
+    assert 'wrong_kinds.py:10: error: Cannot infer value of type parameter "_Server" of "SecureRound"' in said, said
     # The masked server made, the bounded sum's opening handed it.
     assert (
         'Argument "open_sum" to "SecureRound" has incompatible type "Callable[[BoundedServer], Opening]"; '
