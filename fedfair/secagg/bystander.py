@@ -10,6 +10,7 @@ tags (sound against the aggregator alone). It learns no more than every survivor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +39,23 @@ class PastRound:
     unmask_request: UnmaskRequest
     claim: AggregateClaim
     tag_set: TagSet
+
+    @classmethod
+    def parsed(cls, inputs: Sequence[bytes | memoryview]) -> PastRound:
+        """The past round whose kept inputs are `inputs`, in this order, each parsed as its stage parses it.
+
+        Raises:
+            ValueError: `inputs` are not five.
+            ProtocolError: one does not parse as its message.
+        """
+        directory, survivor_set, unmask_request, claim, tag_set = inputs
+        return cls(
+            KeyDirectory.from_bytes(directory),
+            SurvivorSet.from_bytes(survivor_set),
+            UnmaskRequest.from_bytes(unmask_request),
+            AggregateClaim.from_bytes(claim),
+            TagSet.from_bytes(tag_set),
+        )
 
 
 def check_past_sum(past: PastRound, config: SecAggConfig, verify_credential: CredentialVerifier) -> np.ndarray:

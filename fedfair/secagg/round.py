@@ -16,7 +16,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from functools import partial
+from typing import Generic, Protocol, TypeVar, cast, runtime_checkable
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -47,8 +48,6 @@ class SecureSum(Protocol):
     A second kind of secure sum keeps this interface, so the runners that loop over its stages need no change.
     """
 
-    config: SecAggConfig
-
     def finish(self) -> AggregateResult:
         """Close the last stage of the sum: the unmasked, decoded sum and who is in it."""
 
@@ -66,6 +65,14 @@ class SecureSum(Protocol):
         The protocol's rule, under the sum's own security parameters: never more than :attr:`culprits`, and a
         party only accused by as many others as the collusion bound lets lie is not among them.
         """
+
+
+@runtime_checkable
+class Message(Protocol):
+    """What travels as a stage's input or upload: it says its own bytes, as a transport carries them."""
+
+    def to_bytes(self) -> bytes:
+        """The message's bytes (what its stage's parser reads back)."""
 
 
 @dataclass(frozen=True)
@@ -136,9 +143,9 @@ class Opening:
     """
 
     among: tuple[int, ...]
-    inputs: Any
+    inputs: Message | Mapping[int, Message] | None
 
-    def input_for(self, party: int) -> Any:
+    def input_for(self, party: int) -> Message | None:
         """The message `party` is sent."""
         return self.inputs[party] if isinstance(self.inputs, Mapping) else self.inputs
 
@@ -159,8 +166,98 @@ InputT = TypeVar("InputT")
 UploadT = TypeVar("UploadT")
 """What a party uploads in a stage (or, where it uploads a verdict, what its step returns)."""
 
+_ServerIn = TypeVar("_ServerIn", contravariant=True)
+"""The server a kind's stage hooks take (:class:`KindStage`)."""
+_Server = TypeVar("_Server", bound=SecureSum)
+"""A kind's server, as its declaration makes it (:class:`SecureRound`)."""
+
 Own = Callable[[], np.ndarray]
 """A party's encoded input, asked for by the stage its contribution travels in (called once, there)."""
+
+
+@dataclass(frozen=True)
+class ServerHooks:
+    """A stage's server hooks bound to one round's server (:meth:`StageSpec.hooks`); each None where it has none.
+
+    receive: takes one upload, as the stage's :attr:`~StageSpec.upload` parsed it.
+    close: closes the stage: the next stage's :class:`Opening`.
+    ready: whether the server already has what the stage needs.
+    withheld: why the stage's outcome must not be sent on (None: it may).
+    """
+
+    receive: Callable[[object], None] | None
+    close: Callable[[], Opening] | None
+    ready: Callable[[], bool] | None
+    withheld: Callable[[], str | None] | None
+
+
+class AnyStage(Protocol):
+    """A stage of any kind as a runner that loops over a round's stages holds it: what the runner reads and calls.
+
+    Each stage is typed where it is declared (:class:`StageSpec`, generic over its party, server, input and upload),
+    and mypy checks there that its parsers, its party's step and its server's hooks fit one another and its kind's
+    server (:class:`SecureRound`). A runner holds the stages of every kind in one tuple, so it sees their parsers'
+    outcomes as `object` and calls the step and the server's hooks through :meth:`take_step` and :meth:`hooks`,
+    handing each stage only its own kind's party and server and what its own parsers made.
+    """
+
+    @property
+    def stage(self) -> enum.IntEnum:
+        """Its member of its round's stage enum (:attr:`StageSpec.stage`)."""
+
+    @property
+    def wire(self) -> str:
+        """Its name on the runtime's transport (:attr:`StageSpec.wire`)."""
+
+    @property
+    def noun(self) -> str:
+        """What its uploads are, for the operator's progress line (:attr:`StageSpec.noun`)."""
+
+    @property
+    def evaluation_noun(self) -> str:
+        """The same in an evaluation's sum (:attr:`StageSpec.evaluation_noun`)."""
+
+    @property
+    def received(self) -> Callable[[bytes | memoryview], object] | None:
+        """Parses the stage's input (:attr:`StageSpec.received`)."""
+
+    @property
+    def upload(self) -> Callable[[bytes], object] | None:
+        """Parses an upload; None where a party's upload is its verdict (:attr:`StageSpec.upload`)."""
+
+    @property
+    def upload_bytes(self) -> Callable[[SecAggConfig], int]:
+        """The largest upload the stage takes (:attr:`StageSpec.upload_bytes`)."""
+
+    @property
+    def unready(self) -> str:
+        """Why a party that never began the round cannot take the stage (:attr:`StageSpec.unready`)."""
+
+    @property
+    def uploaders(self) -> Uploaders:
+        """Who uploads in the stage (:attr:`StageSpec.uploaders`)."""
+
+    @property
+    def repeatable(self) -> bool:
+        """Whether a party may take the stage again (:attr:`StageSpec.repeatable`)."""
+
+    @property
+    def skippable(self) -> bool:
+        """Whether a party may take the stages after it without it (:attr:`StageSpec.skippable`)."""
+
+    @property
+    def words(self) -> str:
+        """What a report calls the stage (:attr:`StageSpec.words`)."""
+
+    @property
+    def input_bytes(self) -> Callable[[int, int], int]:
+        """The largest input a party reads for the stage (:attr:`StageSpec.input_bytes`)."""
+
+    def take_step(self, party: object, received: object, own: Own) -> object:
+        """The party's step (:meth:`StageSpec.take_step`)."""
+
+    def hooks(self, server: SecureSum) -> ServerHooks:
+        """The server's hooks bound to `server` (:meth:`StageSpec.hooks`)."""
 
 
 @dataclass(frozen=True)
@@ -211,20 +308,52 @@ class StageSpec(Generic[PartyT, ServerT, InputT, UploadT]):
     words: str = ""
     input_bytes: Callable[[int, int], int] = field(default_factory=lambda: roster_input)
 
+    def take_step(self, party: object, received: object, own: Own) -> object:
+        """The party's :attr:`step`, as a runner that holds stages of every kind alike takes it.
 
-AnyStage = StageSpec[Any, Any, Any, Any]
-"""A stage of any kind, as a runner that loops over a round's stages holds it: each is typed where it is declared."""
+        The runner hands it the party its kind made for the stage and what this stage's :attr:`received` parsed
+        (in process: what its server's opening made for it). Its declaration checks the step against those types;
+        a runner holding stages of any kind cannot, so here they are taken as declared (:class:`AnyStage`).
+        """
+        return self.step(cast(PartyT, party), cast(InputT, received), own)
+
+    def hooks(self, server: SecureSum) -> ServerHooks:
+        """The server's hooks of this stage bound to `server`, the one its kind made for the round (:class:`AnyStage`).
+
+        Its uploads are received as this stage's :attr:`upload` parsed them.
+        """
+        kind_server = cast(ServerT, server)
+        receive, close, ready, withheld = self.receive, self.close, self.ready, self.withheld
+        return ServerHooks(
+            None if receive is None else cast(Callable[[object], None], partial(receive, kind_server)),
+            None if close is None else partial(close, kind_server),
+            None if ready is None else partial(ready, kind_server),
+            None if withheld is None else partial(withheld, kind_server),
+        )
 
 
-@dataclass(frozen=True)
+class KindStage(AnyStage, Protocol[_ServerIn]):
+    """A stage as its kind declares it: one whose server's hooks take that kind's server (:class:`SecureRound`)."""
+
+    @property
+    def close(self) -> Callable[[_ServerIn], Opening] | None:
+        """The server's close of the stage (:attr:`StageSpec.close`)."""
+
+
+@dataclass(frozen=True, init=False)
 class SecureRound:
     """A kind of secure sum: its stages in order and how its parties and its server are made.
+
+    It is declared typed: mypy checks that every stage's server hooks and the kind's own take the server its
+    `server` makes. A runner holds every kind alike, so here the kind's hooks take any :class:`SecureSum`; it hands
+    them only the server the kind made for the round.
 
     sum_stages: the stages that make the sum; :meth:`SecureSum.finish` closes the last.
     verify_stages: the optional stages that verify it (verified aggregation).
     server: makes the server's state for a round from its config and the runner's :class:`RoundSetup` (each kind
         takes what it needs of it).
-    client: makes a party's state for a round (:class:`~fedfair.secagg.client.Client`'s arguments).
+    client: makes a party's state for a round from the kind's own arguments (SECURE_ROUND:
+        :class:`~fedfair.secagg.client.Client`'s, which the runners that start any kind's party hand it).
     open_sum: opens the sum's first stage (the server): whom it addresses, with the runner's own input (the
         aggregator: the round's public parameters). SECURE_ROUND addresses every party; another kind may
         address one peer first (the bounded sum: its auditor).
@@ -240,21 +369,62 @@ class SecureRound:
         which a runtime may keep in files; None: the server keeps none.
     evidence: what a finished sum's server signed for whom it names, which a runner keeps the digest of so a party
         can later show it (the bounded sum's verdict record); None: the kind has none.
+    keeps_past_rounds: whether an aggregator keeps the inputs every party of an applied training round of this kind
+        was sent alike, so a site that missed the round checks its sum afterwards and catches up (SECURE_ROUND:
+        :func:`~fedfair.secagg.bystander.check_past_sum`); False: a site sits such a round out.
     """
 
     name: str
     sum_stages: tuple[AnyStage, ...]
     verify_stages: tuple[AnyStage, ...]
-    server: Callable[[SecAggConfig, RoundSetup], Any]
-    client: Callable[..., Any]
-    open_sum: Callable[[Any], Opening]
-    open_verification: Callable[[Any, Any], Opening]
+    server: Callable[[SecAggConfig, RoundSetup], SecureSum]
+    client: Callable[..., object]
+    open_sum: Callable[[SecureSum], Opening]
+    open_verification: Callable[[SecureSum, AggregateResult], Opening]
     contribution: enum.IntEnum
     committed: enum.IntEnum
-    auditor: int | None = None
-    binds_roster_at: enum.IntEnum | None = None
-    kept: enum.IntEnum | None = None
-    evidence: Callable[[Any], bytes] | None = None
+    auditor: int | None
+    binds_roster_at: enum.IntEnum | None
+    kept: enum.IntEnum | None
+    evidence: Callable[[SecureSum], bytes] | None
+    keeps_past_rounds: bool
+
+    def __init__(
+        self,
+        name: str,
+        sum_stages: tuple[KindStage[_Server], ...],
+        verify_stages: tuple[KindStage[_Server], ...],
+        server: Callable[[SecAggConfig, RoundSetup], _Server],
+        client: Callable[..., object],
+        open_sum: Callable[[_Server], Opening],
+        open_verification: Callable[[_Server, AggregateResult], Opening],
+        contribution: enum.IntEnum,
+        committed: enum.IntEnum,
+        auditor: int | None = None,
+        binds_roster_at: enum.IntEnum | None = None,
+        kept: enum.IntEnum | None = None,
+        evidence: Callable[[_Server], bytes] | None = None,
+        keeps_past_rounds: bool = False,
+    ) -> None:
+        fields = {
+            "name": name,
+            "sum_stages": sum_stages,
+            "verify_stages": verify_stages,
+            "server": server,
+            "client": client,
+            # Erased to SecureSum once the declaration's types fit: a runner hands them only the server `server` made.
+            "open_sum": cast(Callable[[SecureSum], Opening], open_sum),
+            "open_verification": cast(Callable[[SecureSum, AggregateResult], Opening], open_verification),
+            "contribution": contribution,
+            "committed": committed,
+            "auditor": auditor,
+            "binds_roster_at": binds_roster_at,
+            "kept": kept,
+            "evidence": cast(Callable[[SecureSum], bytes] | None, evidence),
+            "keeps_past_rounds": keeps_past_rounds,
+        }
+        for attribute, value in fields.items():  # frozen: set as the dataclass's own __init__ would
+            object.__setattr__(self, attribute, value)
 
     def stages(self, verified: bool) -> tuple[AnyStage, ...]:
         """The stages a round runs, in order: the sum's, and with `verified` the verifying ones."""

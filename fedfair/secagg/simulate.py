@@ -192,7 +192,7 @@ def run_round(
         seconds = party_seconds[spec.stage]
         started = clock()
         try:
-            outcome = orders[party].take(spec, partial(spec.step, cast.parties[party], received, encoding))
+            outcome = orders[party].take(spec, partial(spec.take_step, cast.parties[party], received, encoding))
         except ProtocolError as error:
             if spec.stage not in refusals:
                 raise
@@ -207,16 +207,16 @@ def run_round(
             return
         sent = faults.upload(spec, party, outcome, server)
         uploads = upload_bytes[spec.stage]
-        uploads[party] = uploads.get(party, 0) + len(outcome.to_bytes() if sent is None else wire(sent))
+        uploads[party] = uploads.get(party, 0) + len(wire(outcome if sent is None else sent))
         if sent is None:
             return
         message = spec.upload(wire(sent))
         if observe is not None:
             observe(message)
-        receive = spec.receive
+        receive = spec.hooks(server).receive
         assert receive is not None  # a stage whose parties upload a message has a server that takes it
         with server_timer(spec.stage):
-            order.receive(spec, message, partial(receive, server, message))
+            order.receive(spec, message, partial(receive, message))
 
     def run(spec: AnyStage, opening: Opening) -> Opening | None:
         """Each party still there and addressed takes the stage's step and uploads; then the server closes it."""
@@ -236,16 +236,16 @@ def run_round(
             if size:
                 downloads[party] = downloads.get(party, 0) + size
             take(spec, party, received)
-        if spec.withheld is not None:
+        hooks = spec.hooks(server)
+        if hooks.withheld is not None:
             with server_timer(spec.stage):
-                why = spec.withheld(server)
+                why = hooks.withheld()
             if why is not None:
                 withheld[spec.stage] = why
-        close = spec.close
-        if close is None:
+        if hooks.close is None:
             return None
         with server_timer(spec.stage):
-            return order.close(spec, partial(close, server))
+            return order.close(spec, hooks.close)
 
     order.begin()
     opening: Opening | None = protocol.open_sum(server)

@@ -1,7 +1,8 @@
 """A stage is typed where it is declared: mypy refuses a step, an upload or a receive that does not fit the others.
 
 `make types` holds the round's own declarations; this shows the check bites, on a SHARE stage whose step is
-CHECK's and whose receive takes a share check, declared as SECURE_ROUND declares its stages.
+CHECK's and whose receive takes a share check, declared as SECURE_ROUND declares its stages, and on kinds whose
+stages or opening take another kind's server than the one the kind makes.
 """
 
 from __future__ import annotations
@@ -34,12 +35,45 @@ WRONG = StageSpec[Client, Server, KeyDirectory, ShareKeys](
 )
 """
 
+WRONG_KINDS = """
+from fedfair.secagg.bounded.server import BoundedServer
+from fedfair.secagg.bounded.stages import SHARE_STAGE
+from fedfair.secagg.client import Client
+from fedfair.secagg.masked_round import ADVERTISE_KEYS_STAGE, _claim as claim, _every_party as every_party
+from fedfair.secagg.masked_round import _masked_server as masked_server
+from fedfair.secagg.round import SecureRound
+from fedfair.secagg.wire import Stage
 
-@pytest.mark.slow
-def test_mypy_refuses_a_stage_whose_step_and_receive_do_not_fit_its_types(tmp_path: Path) -> None:
-    module = tmp_path / "wrong_stage.py"
-    module.write_text(WRONG_STAGE)
-    checked = subprocess.run(
+MIXED_STAGES = SecureRound(
+    name="mixed-stages",
+    sum_stages=(ADVERTISE_KEYS_STAGE, SHARE_STAGE),
+    verify_stages=(),
+    server=masked_server,
+    client=Client,
+    open_sum=every_party,
+    open_verification=claim,
+    contribution=Stage.MASK,
+    committed=Stage.CONSISTENCY,
+)
+
+OTHER_OPENING = SecureRound(
+    name="other-opening",
+    sum_stages=(ADVERTISE_KEYS_STAGE,),
+    verify_stages=(),
+    server=masked_server,
+    client=Client,
+    open_sum=BoundedServer.open_shares,
+    open_verification=claim,
+    contribution=Stage.MASK,
+    committed=Stage.CONSISTENCY,
+)
+"""
+
+
+def mypy_says(module: Path, source: str) -> subprocess.CompletedProcess[str]:
+    """mypy --strict's verdict on `source`, written to `module` (its cache beside it)."""
+    module.write_text(source)
+    return subprocess.run(
         [
             sys.executable,
             "-m",
@@ -47,7 +81,7 @@ def test_mypy_refuses_a_stage_whose_step_and_receive_do_not_fit_its_types(tmp_pa
             "--strict",
             "--follow-imports=silent",
             "--cache-dir",
-            str(tmp_path),
+            str(module.parent),
             str(module),
         ],
         capture_output=True,
@@ -55,6 +89,11 @@ def test_mypy_refuses_a_stage_whose_step_and_receive_do_not_fit_its_types(tmp_pa
         check=False,
         cwd=Path(__file__).resolve().parents[2],
     )
+
+
+@pytest.mark.slow
+def test_mypy_refuses_a_stage_whose_step_and_receive_do_not_fit_its_types(tmp_path: Path) -> None:
+    checked = mypy_says(tmp_path / "wrong_stage.py", WRONG_STAGE)
     said = checked.stdout
     assert checked.returncode == 1, said
     assert 'Argument "step" to "StageSpec" has incompatible type' in said, said
@@ -62,3 +101,18 @@ def test_mypy_refuses_a_stage_whose_step_and_receive_do_not_fit_its_types(tmp_pa
     assert 'Argument "receive" to "StageSpec" has incompatible type "Callable[[Server, ShareCheck], None]"' in said, (
         said
     )
+
+
+@pytest.mark.slow
+def test_mypy_refuses_a_kind_whose_stages_or_opening_take_another_server(tmp_path: Path) -> None:
+    checked = mypy_says(tmp_path / "wrong_kinds.py", WRONG_KINDS)
+    said = checked.stdout
+    assert checked.returncode == 1, said
+    # A masked stage beside a bounded one: no one server takes both kinds' hooks.
+    assert 'wrong_kinds.py:10: error: Cannot infer value of type parameter "_Server" of "SecureRound"' in said, said
+    # The masked server made, the bounded sum's opening handed it.
+    assert (
+        'Argument "open_sum" to "SecureRound" has incompatible type "Callable[[BoundedServer], Opening]"; '
+        'expected "Callable[[Server], Opening]"'
+    ) in said, said
+    assert "Found 2 errors in 1 file" in said, said

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -33,13 +33,12 @@ from fedfair.runtime.aggregator.progress_line import report_progress
 from fedfair.runtime.aggregator.round_identities import RoundIdentities, aggregator_setup, relayed_identities
 from fedfair.runtime.contract import (
     ACCEPTED,
-    TRAINING,
     RoundParameters,
     Stages,
     model_digest,
 )
 from fedfair.runtime.faults import maybe_die
-from fedfair.runtime.transport import StageGate, WireStage, make_binding, pb
+from fedfair.runtime.transport import TRAIN, StageGate, WireStage, make_binding, pb
 from fedfair.runtime.transport.chunks import plain_rounding, plain_upload_size
 from fedfair.secagg import EncodingConfig, SecAggConfig, SecurityParameters
 from fedfair.secagg.credentials import remembered
@@ -212,8 +211,9 @@ class SumDriver:
             ready=ready,
             timing=timing,
         )
-        # Kept for a site that misses the round, once it applies (.past_rounds): written while the sites work.
-        if stages is TRAINING:
+        # Kept for a site that misses a training round, once it applies (.past_rounds), where the round's kind lets
+        # it check one afterwards (SecureRound.keeps_past_rounds): written while the sites work.
+        if stages.start == TRAIN and stages.protocol.keeps_past_rounds:
             self.board.past_rounds.opened(binding, inputs)
         self.board.wait_stage(partial(report_progress, self.settings.secure, stages, self.board.events))
         self.gate.close()
@@ -300,11 +300,11 @@ class SumDriver:
                 self._secure_stage(
                     round_number, stages, spec, order, server, opening, parameters, outcome, config, names
                 )
-                why = spec.withheld(server) if spec.withheld is not None else None
+                hooks = spec.hooks(server)
+                why = hooks.withheld() if hooks.withheld is not None else None
                 if why is not None:
                     raise RoundAbortedError(why)
-                close = spec.close
-                opening = order.close(spec, partial(close, server)) if close is not None else None
+                opening = order.close(spec, hooks.close) if hooks.close is not None else None
 
         try:
             order.begin()
@@ -355,14 +355,16 @@ class SumDriver:
             inputs = {names.name_of(party): message.to_bytes() for party, message in opening.inputs.items()}
         else:
             inputs = opening.inputs.to_bytes()
+        hooks = spec.hooks(server)
         if spec.upload is None:
             handler: UploadHandler = _verdict
         else:
-            parse = spec.upload
+            parse, receive = spec.upload, hooks.receive
+            assert receive is not None  # a stage whose parties upload a message has a server that takes it
             if spec.stage is stages.protocol.kept and kept_in_files(config):
                 parse = in_file(parse, self.settings.folder)
-            handler = SecureUpload(parse, partial(_receive, order, spec, server)).handler(names)
-        ready = None if spec.ready is None else partial(spec.ready, server)
+            handler = SecureUpload(parse, partial(_receive, order, spec, receive)).handler(names)
+        ready = hooks.ready
         size = spec.upload_bytes(config)
         uploaded = self._stage(
             round_number, stages, stages.wire(spec), expected, inputs, handler, size, outcome, ready=ready
@@ -430,11 +432,9 @@ class SumDriver:
         return outcome
 
 
-def _receive(order: ServerOrder, spec: AnyStage, server: SecureSum, message: object) -> None:
-    """The server's receive of `message` in `spec`, taken only while that stage is open (:class:`ServerOrder`)."""
-    receive = spec.receive
-    assert receive is not None  # a stage whose parties upload a message has a server that takes it
-    order.receive(spec, message, partial(receive, server, message))
+def _receive(order: ServerOrder, spec: AnyStage, receive: Callable[[object], None], message: object) -> None:
+    """The server's `receive` of `message` in `spec`, taken only while that stage is open (:class:`ServerOrder`)."""
+    order.receive(spec, message, partial(receive, message))
 
 
 def _verdict(peer: str, payload: bytes) -> None:

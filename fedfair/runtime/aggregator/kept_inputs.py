@@ -28,11 +28,16 @@ def kept_in_files(config: SecAggConfig) -> bool:
     return not config.resummed and resum_decides(config)
 
 
-def in_file(parse: Callable[[bytes], MaskedInput], folder: Path | None) -> Callable[[bytes], MaskedInput]:
-    """`parse`, its message's vector then moved into an unlinked file in `folder` and mapped read-only."""
+def in_file(parse: Callable[[bytes], object], folder: Path | None) -> Callable[[bytes], MaskedInput]:
+    """`parse`, its message's vector then moved into an unlinked file in `folder` and mapped read-only.
+
+    `parse` is the upload parser of a kind's kept stage (:attr:`~fedfair.secagg.round.SecureRound.kept`), whose
+    uploads are masked inputs.
+    """
 
     def parse_into_file(payload: bytes) -> MaskedInput:
         message = parse(payload)
+        assert isinstance(message, MaskedInput)  # a kept stage's uploads are masked inputs
         handle, path = tempfile.mkstemp(prefix="fedfair-", suffix=".masked", dir=folder)
         os.unlink(path)  # it never outlives the process
         with os.fdopen(handle, "w+b") as file:

@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 from cryptography import x509
@@ -54,10 +54,19 @@ from fedfair.runtime.transport.chunks import plain_upload
 from fedfair.secagg import EncodingConfig, SecurityParameters
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.graph import canonical_roster
-from fedfair.secagg.round import AnyStage, PartyOrder, SecureRound
+from fedfair.secagg.round import AnyStage, Message, PartyOrder, SecureRound
 from fedfair.secagg.pieces import Pieces as SecAggPieces
 
 _Upload = TypeVar("_Upload")
+
+
+@runtime_checkable
+class InPieces(Protocol):
+    """A contribution's upload: it travels in pieces, its vector one view of its own words (never copied whole)."""
+
+    def to_pieces(self) -> Pieces:
+        """The message's bytes as consecutive pieces."""
+
 
 StageInput = bytes | memoryview
 """A stage's input: bytes, or for a claimed sum or a tag set (:data:`~fedfair.runtime.peer.uplink.CLAIMS`,
@@ -284,7 +293,7 @@ def advertise(me: Participant, work: Work, inputs: StageInput) -> bytes:
     work.client = protocol.client(config, me.name, me.identity_key, me.credential, me.verify)
     work.order = PartyOrder(protocol.stages(True))
     first = protocol.sum_stages[0]
-    return bytes(take(work, first, partial(first.step, work.client, None, not_asked)).to_bytes())
+    return uploaded(take(work, first, partial(first.take_step, work.client, None, not_asked)))
 
 
 def masked(me: Participant, work: Work, inputs: StageInput) -> bytes | Pieces:
@@ -313,8 +322,9 @@ def masked(me: Participant, work: Work, inputs: StageInput) -> bytes | Pieces:
     work.encoded = None  # masked in place: never reuse it
     message = received(spec, inputs)
     # In pieces: the masked words travel from their own memory, never copied whole into one message.
-    pieces: Pieces = take(work, spec, partial(spec.step, client, message, lambda: encoded)).to_pieces()
-    return pieces
+    upload = take(work, spec, partial(spec.take_step, client, message, lambda: encoded))
+    assert isinstance(upload, InPieces)  # a contribution the runtime hands in is a message that travels in pieces
+    return upload.to_pieces()
 
 
 def client_step(spec: AnyStage) -> Step:
@@ -326,7 +336,7 @@ def client_step(spec: AnyStage) -> Step:
         Raises RefusedError (:attr:`Refusal.WITHDRAWN`) when this party did not take the stages before it.
         """
         client = started(work, spec)
-        return bytes(take(work, spec, partial(spec.step, client, received(spec, inputs), not_asked)).to_bytes())
+        return uploaded(take(work, spec, partial(spec.take_step, client, received(spec, inputs), not_asked)))
 
     return step
 
@@ -391,6 +401,12 @@ def received(spec: AnyStage, inputs: StageInput) -> Any:
     """The stage's input message, parsed (a claimed sum straight from the buffer it arrived in)."""
     assert spec.received is not None  # only the first stage's input is the runner's own
     return spec.received(inputs)
+
+
+def uploaded(upload: object) -> bytes:
+    """The bytes of a party's upload: its step's outcome in a stage whose parties upload a message."""
+    assert isinstance(upload, Message)  # such a stage's step makes a message
+    return bytes(upload.to_bytes())
 
 
 def not_asked() -> np.ndarray:

@@ -221,12 +221,13 @@ class BoundedFaults(Faults):
     def opening(self, spec: AnyStage, opening: Opening, server: BoundedServer) -> Opening:
         """The verdict record, forged and signed again; the tag set, rebuilt from the tags sent and forged."""
         if isinstance(opening.inputs, Encoded):
+            sent = opening.inputs
             if self.forged_record is not None:
                 assert self.keys.server_identity is not None  # the bounded sum's aggregator signs its record
-                record = self.forged_record(VerdictRecord.from_bytes(opening.inputs.data))
-                signed = sign_record(server.context, self.keys.server_identity, record).to_bytes(server.context)
-                opening = Opening(opening.among, Encoded(signed))
-            self.record = opening.inputs.data
+                record = self.forged_record(VerdictRecord.from_bytes(sent.data))
+                sent = Encoded(sign_record(server.context, self.keys.server_identity, record).to_bytes(server.context))
+                opening = Opening(opening.among, sent)
+            self.record = sent.data
         if isinstance(opening.inputs, TagSet) and (self.forged_record is not None or self.forged_tags is not None):
             return _tag_opening(self._tags, opening.inputs.noise_key, self.forged_tags)
         return opening

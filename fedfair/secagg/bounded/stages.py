@@ -11,11 +11,13 @@ SECURE_ROUND's; its server (:class:`~fedfair.secagg.bounded.server.BoundedServer
 from __future__ import annotations
 
 import enum
-import operator
+
+import numpy as np
 
 from fedfair.secagg.bounded import field
-from fedfair.secagg.bounded.exchange import AuditorTotal, Reveal
+from fedfair.secagg.bounded.exchange import AuditorTotal, Commitments, Reveal, Roster, SeedReveal
 from fedfair.secagg.bounded.messages import (
+    Exchange,
     SeedRelay,
     ShareOpening,
     SignedRoundKey,
@@ -25,12 +27,12 @@ from fedfair.secagg.bounded.messages import (
     auditor_rosters,
 )
 from fedfair.secagg.bounded.exchange import AUDITOR
-from fedfair.secagg.bounded.peers import bounded_peer
-from fedfair.secagg.bounded.record import VerdictRecord
+from fedfair.secagg.bounded.peers import Auditor, BoundedSite, bounded_peer
+from fedfair.secagg.bounded.record import Dispute, VerdictRecord
 from fedfair.secagg.bounded.server import BoundedServer
-from fedfair.secagg.bounded.total import CHALLENGE_ROWS, TagSet, decide_upload
-from fedfair.secagg.bounded.verifying import BoundedSum
+from fedfair.secagg.bounded.total import CHALLENGE_ROWS, SignedTags, TagSet, decide_upload
 from fedfair.secagg.config import SecAggConfig
+from fedfair.secagg.server import AggregateResult
 from fedfair.secagg.round import (
     MESSAGE_OVERHEAD_BYTES,
     Opening,
@@ -102,9 +104,14 @@ def _the_auditor(_server: BoundedServer) -> Opening:
     return Opening((AUDITOR,), None)
 
 
-def _tag_set(server: BoundedServer, _result: BoundedSum) -> Opening:
+def _tag_set(server: BoundedServer, _result: AggregateResult) -> Opening:
     """VERIFY opens once the sum is made: every site that tagged it is sent every accepted site's tags."""
     return server.tag_set()
+
+
+def _verdict_record(server: BoundedServer) -> bytes:
+    """The evidence of a finished bounded sum: its signed verdict record, which names who is in it and why."""
+    return server.record
 
 
 def decide_upload_bytes(config: SecAggConfig) -> int:
@@ -131,113 +138,134 @@ def record_bytes(sites: int, dimension: int) -> int:
     return field.ELEMENT_BYTES * (sites * 2 * (dimension // 8 + WITNESS_ROOM) + dimension)
 
 
+# Each stage by name, typed (its party, server, input and upload): the site's and the auditor's own steps take them so.
+
+AUDITOR_KEY_STAGE = StageSpec[Auditor, BoundedServer, None, SignedRoundKey](
+    BoundedStage.AUDITOR_KEY,
+    "BOUNDED_AUDITOR_KEY",
+    "auditor round keys",
+    "evaluation auditor round keys",
+    received=None,
+    step=lambda auditor, _parameters, _own: auditor.round_key(),
+    upload=SignedRoundKey.from_bytes,
+    receive=BoundedServer.receive_round_key,
+    close=BoundedServer.open_shares,
+    upload_bytes=small_upload,
+    unready="this round's auditor was never started",
+    uploaders=Uploaders.AUDITOR,
+)
+
+
+SHARE_STAGE = StageSpec[BoundedSite, BoundedServer, ShareOpening, SiteShare](
+    BoundedStage.SHARE,
+    "BOUNDED_SHARE",
+    "bounded shares",
+    "evaluation bounded shares",
+    received=ShareOpening.from_bytes,
+    step=lambda site, opening, own: site.share(opening.round_key, own()),
+    upload=SiteShare.from_bytes,
+    receive=BoundedServer.receive_share,
+    close=BoundedServer.relay_seeds,
+    upload_bytes=share_upload,
+    unready="the auditor sent no round key this round",
+)
+
+
+ROSTERS_STAGE = StageSpec[Auditor, BoundedServer, SeedRelay, Exchange[Roster, SeedReveal]](
+    BoundedStage.ROSTERS,
+    "BOUNDED_ROSTERS",
+    "auditor rosters",
+    "evaluation auditor rosters",
+    received=SeedRelay.from_bytes,
+    step=lambda auditor, relay, _own: auditor.exchange_rosters(relay),
+    upload=auditor_rosters,
+    receive=BoundedServer.receive_auditor_roster,
+    close=BoundedServer.send_seed,
+    upload_bytes=small_upload,
+    unready="no site shared its update this round",
+    uploaders=Uploaders.AUDITOR,
+)
+
+
+MESSAGES_STAGE = StageSpec[Auditor, BoundedServer, Exchange[SeedReveal, Commitments], Exchange[Commitments, Reveal]](
+    BoundedStage.MESSAGES,
+    "BOUNDED_MESSAGES",
+    "auditor verifier messages",
+    "evaluation auditor verifier messages",
+    received=aggregator_seed,
+    step=lambda auditor, seed, _own: auditor.exchange_messages(seed),
+    upload=auditor_messages,
+    receive=BoundedServer.receive_auditor_messages,
+    close=BoundedServer.send_reveal,
+    upload_bytes=messages_upload,
+    unready="the auditor sent no roster this round",
+    uploaders=Uploaders.AUDITOR,
+)
+
+
+TOTAL_STAGE = StageSpec[Auditor, BoundedServer, Reveal, AuditorTotal](
+    BoundedStage.TOTAL,
+    "BOUNDED_TOTAL",
+    "auditor totals",
+    "evaluation auditor totals",
+    received=Reveal.from_bytes,
+    step=lambda auditor, reveal, _own: auditor.total(reveal),
+    upload=AuditorTotal.from_bytes,
+    receive=BoundedServer.receive_total,
+    close=BoundedServer.send_record,
+    upload_bytes=total_upload,
+    unready="the auditor sent no verifier messages this round",
+    uploaders=Uploaders.AUDITOR,
+)
+
+
+DECIDE_STAGE = StageSpec[BoundedSite | Auditor, BoundedServer, VerdictRecord, SignedTags | Dispute](
+    BoundedStage.DECIDE,
+    "BOUNDED_DECIDE",
+    "verdicts on the verdict record",
+    "verdicts on the evaluation verdict record",
+    received=VerdictRecord.from_bytes,
+    step=lambda peer, record, _own: peer.decide(record),
+    upload=decide_upload,
+    receive=BoundedServer.receive_tags,
+    close=None,
+    upload_bytes=decide_upload_bytes,
+    input_bytes=record_input,
+    unready="no bounded share was sent this round",
+    withheld=BoundedServer.tags_withheld,
+    uploaders=Uploaders.PARTIES | Uploaders.AUDITOR,
+)
+
+
+VERIFY_STAGE = StageSpec[BoundedSite, BoundedServer, TagSet, np.ndarray](
+    BoundedStage.VERIFY,
+    "BOUNDED_VERIFY",
+    "verdicts on the bounded total",
+    "verdicts on the evaluation bounded total",
+    received=TagSet.from_bytes,
+    step=lambda site, tags, _own: site.verify(tags),
+    upload=None,
+    receive=None,
+    close=None,
+    upload_bytes=small_upload,
+    input_bytes=auditor_tags_input,
+    unready="no bounded share was sent this round",
+    withheld=BoundedServer.framed,
+)
+
+
 BOUNDED_ROUND = register_round_kind(
     SecureRound(
         name="bounded-v2",
         sum_stages=(
-            StageSpec(
-                BoundedStage.AUDITOR_KEY,
-                "BOUNDED_AUDITOR_KEY",
-                "auditor round keys",
-                "evaluation auditor round keys",
-                received=None,
-                step=lambda auditor, _parameters, _own: auditor.round_key(),
-                upload=SignedRoundKey.from_bytes,
-                receive=BoundedServer.receive_round_key,
-                close=BoundedServer.open_shares,
-                upload_bytes=small_upload,
-                unready="this round's auditor was never started",
-                uploaders=Uploaders.AUDITOR,
-            ),
-            StageSpec(
-                BoundedStage.SHARE,
-                "BOUNDED_SHARE",
-                "bounded shares",
-                "evaluation bounded shares",
-                received=ShareOpening.from_bytes,
-                step=lambda site, opening, own: site.share(opening.round_key, own()),
-                upload=SiteShare.from_bytes,
-                receive=BoundedServer.receive_share,
-                close=BoundedServer.relay_seeds,
-                upload_bytes=share_upload,
-                unready="the auditor sent no round key this round",
-            ),
-            StageSpec(
-                BoundedStage.ROSTERS,
-                "BOUNDED_ROSTERS",
-                "auditor rosters",
-                "evaluation auditor rosters",
-                received=SeedRelay.from_bytes,
-                step=lambda auditor, relay, _own: auditor.exchange_rosters(relay),
-                upload=auditor_rosters,
-                receive=BoundedServer.receive_auditor_roster,
-                close=BoundedServer.send_seed,
-                upload_bytes=small_upload,
-                unready="no site shared its update this round",
-                uploaders=Uploaders.AUDITOR,
-            ),
-            StageSpec(
-                BoundedStage.MESSAGES,
-                "BOUNDED_MESSAGES",
-                "auditor verifier messages",
-                "evaluation auditor verifier messages",
-                received=aggregator_seed,
-                step=lambda auditor, seed, _own: auditor.exchange_messages(seed),
-                upload=auditor_messages,
-                receive=BoundedServer.receive_auditor_messages,
-                close=BoundedServer.send_reveal,
-                upload_bytes=messages_upload,
-                unready="the auditor sent no roster this round",
-                uploaders=Uploaders.AUDITOR,
-            ),
-            StageSpec(
-                BoundedStage.TOTAL,
-                "BOUNDED_TOTAL",
-                "auditor totals",
-                "evaluation auditor totals",
-                received=Reveal.from_bytes,
-                step=lambda auditor, reveal, _own: auditor.total(reveal),
-                upload=AuditorTotal.from_bytes,
-                receive=BoundedServer.receive_total,
-                close=BoundedServer.send_record,
-                upload_bytes=total_upload,
-                unready="the auditor sent no verifier messages this round",
-                uploaders=Uploaders.AUDITOR,
-            ),
-            StageSpec(
-                BoundedStage.DECIDE,
-                "BOUNDED_DECIDE",
-                "verdicts on the verdict record",
-                "verdicts on the evaluation verdict record",
-                received=VerdictRecord.from_bytes,
-                step=lambda peer, record, _own: peer.decide(record),
-                upload=decide_upload,
-                receive=BoundedServer.receive_tags,
-                close=None,
-                upload_bytes=decide_upload_bytes,
-                input_bytes=record_input,
-                unready="no bounded share was sent this round",
-                withheld=BoundedServer.tags_withheld,
-                uploaders=Uploaders.PARTIES | Uploaders.AUDITOR,
-            ),
+            AUDITOR_KEY_STAGE,
+            SHARE_STAGE,
+            ROSTERS_STAGE,
+            MESSAGES_STAGE,
+            TOTAL_STAGE,
+            DECIDE_STAGE,
         ),
-        verify_stages=(
-            StageSpec(
-                BoundedStage.VERIFY,
-                "BOUNDED_VERIFY",
-                "verdicts on the bounded total",
-                "verdicts on the evaluation bounded total",
-                received=TagSet.from_bytes,
-                step=lambda site, tags, _own: site.verify(tags),
-                upload=None,
-                receive=None,
-                close=None,
-                upload_bytes=small_upload,
-                input_bytes=auditor_tags_input,
-                unready="no bounded share was sent this round",
-                withheld=BoundedServer.framed,
-            ),
-        ),
+        verify_stages=(VERIFY_STAGE,),
         server=BoundedServer.for_round,
         client=bounded_peer,
         open_sum=_the_auditor,
@@ -246,7 +274,7 @@ BOUNDED_ROUND = register_round_kind(
         committed=BoundedStage.DECIDE,
         auditor=AUDITOR,
         binds_roster_at=BoundedStage.SHARE,
-        evidence=operator.attrgetter("record"),
+        evidence=_verdict_record,
     )
 )
 """The bounded secure sum: AUDITOR_KEY, SHARE, ROSTERS, MESSAGES, TOTAL, DECIDE; then VERIFY, which checks its total."""

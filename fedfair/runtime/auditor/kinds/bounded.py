@@ -30,10 +30,11 @@ from fedfair.runtime.plan.bounded_noise import bounded_noise_mu
 from fedfair.runtime.transport import WireStage, pb
 from fedfair.secagg.bounded.messages import PUBLIC_LIMIT
 from fedfair.secagg.bounded.parameters import round_parameters
+from fedfair.secagg.bounded.exchange import AuditorTotal
 from fedfair.secagg.bounded.peers import Auditor
 from fedfair.secagg.bounded.stages import AUDITOR_STAGES, BOUNDED_ROUND, BoundedStage, record_bytes
 from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.round import MESSAGE_OVERHEAD_BYTES, PartyOrder, Uploaders
+from fedfair.secagg.round import MESSAGE_OVERHEAD_BYTES, Message, PartyOrder, Uploaders
 
 BOUNDED_TRAINING = training_of(BOUNDED_ROUND)
 """A training round under the bounded sum: the only kind the auditor verifies."""
@@ -110,17 +111,19 @@ class AuditorRounds:
             assert spec.received is not None  # every auditor stage but the first carries the aggregator's message
             received = spec.received(inputs)
         try:
-            message = self.current.order.take(spec, partial(spec.step, self.current.auditor, received, _not_asked))
+            message = self.current.order.take(spec, partial(spec.take_step, self.current.auditor, received, _not_asked))
         except VerificationError as error:
             # The protocol names its session's round; the line that withdraws names the round itself.
             raise ProtocolError(f"{error.reason.name}: {error.detail}") from None
+        assert isinstance(message, Message)  # the auditor uploads a message in each of its stages
         if spec.stage is BoundedStage.TOTAL:
+            assert isinstance(message, AuditorTotal)  # TOTAL's upload
             self._check_inputs_totalled_before(frozenset(map(self.current.config.name_of, message.accepted)))
             self.verified.append(binding.round)
         if spec.stage is BoundedStage.DECIDE:
             self.tagged.append(binding.round)
             self.current = None
-        return bytes(message.to_bytes())
+        return message.to_bytes()
 
     def _check_inputs_totalled_before(self, accepted: frozenset[str]) -> None:
         """Withhold a total of inputs totalled before over other sites than their first total (ProtocolError).

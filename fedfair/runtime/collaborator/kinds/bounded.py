@@ -43,7 +43,7 @@ from fedfair.secagg.bounded.peers import BoundedSite
 from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord
 from fedfair.secagg.bounded.shares import Witness, encode_within_bound, honest_witness
 from fedfair.secagg.round import AnyStage, RoundSetup, SecureRound
-from fedfair.secagg.bounded.stages import BOUNDED_ROUND
+from fedfair.secagg.bounded.stages import BOUNDED_ROUND, DECIDE_STAGE, SHARE_STAGE, VERIFY_STAGE
 from fedfair.secagg.pieces import Pieces, placed
 
 logger = logging.getLogger("fedfair.collaborator")
@@ -94,8 +94,7 @@ def share(me: Participant, work: Work, inputs: StageInput) -> bytes:
         RefusedError: reason :attr:`Refusal.WITHDRAWN` when the parameters differ from the plan, a certificate does
             not check, this input was shared already, or with another roster.
     """
-    protocol = work.stages.protocol
-    spec = protocol.spec(protocol.contribution)
+    spec = SHARE_STAGE
     assert spec.received is not None  # the sites' first stage carries the round's parameters and the auditor's key
     opening = spec.received(inputs)
     parameters = me.check_parameters(work, opening.public)
@@ -117,7 +116,7 @@ def share(me: Participant, work: Work, inputs: StageInput) -> bytes:
     own_bound = squared_bound(bounded.update_norm, bounded.weights[party], bounded.fractional_bits)
     encoded, witness = lying(work.encoded, own_bound)
     work.encoded = None
-    site = protocol.client(bounded, party, me.identity_key, witness or honest_witness)
+    site = BoundedSite(bounded, party, me.identity_key, witness or honest_witness)
     upload = spec.step(site, opening, lambda: encoded)
     work.client, work.roster = site, config.parties
     work.view.bind(roster)  # kept on disk before the parts leave
@@ -144,8 +143,7 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
         RefusedError: reason :attr:`Refusal.WITHDRAWN` when this site did not share this round, or the record names
             it a liar and it cannot show otherwise (its update is not in the sum).
     """
-    protocol = work.stages.protocol
-    spec = protocol.spec(protocol.committed)
+    spec = DECIDE_STAGE
     site = work.client
     if not isinstance(site, BoundedSite):
         raise RefusedError(Refusal.WITHDRAWN, spec.unready)
@@ -215,7 +213,7 @@ def verify(me: Participant, work: Work, inputs: StageInput) -> bytes:
             of the round is applied, and the process stops rather than withdraw.
         RefusedError: reason :attr:`Refusal.WITHDRAWN` when this site did not take DECIDE this round.
     """
-    spec = work.stages.protocol.verify_stages[0]
+    spec = VERIFY_STAGE
     site = work.client
     if not isinstance(site, BoundedSite) or not site.tagged:
         raise RefusedError(Refusal.WITHDRAWN, "this site tagged no bounded total this round")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from functools import partial
 
+import numpy as np
+
 from fedfair.core.errors import ProtocolError, Refusal, RefusedError, VerificationError, VerifyReason
 from fedfair.runtime.collaborator.steps import (
     Participant,
@@ -24,6 +26,7 @@ from fedfair.runtime.collaborator.steps import (
     register_kind_steps,
     started,
     take,
+    uploaded,
 )
 from fedfair.runtime.contract import ACCEPTED
 from fedfair.runtime.transport import EVALUATE, TRAIN
@@ -58,9 +61,9 @@ def consistency(me: Participant, work: Work, inputs: StageInput) -> bytes:
             "this input was already signed for with other survivors (in an earlier session or round, or before "
             "a restart); two sums over different survivors would let the aggregator subtract one from the other",
         )
-    signature = take(work, spec, partial(spec.step, client, survivor_set, not_asked))
+    signature = uploaded(take(work, spec, partial(spec.take_step, client, survivor_set, not_asked)))
     work.view.bind(survivors)  # kept on disk before the signature leaves
-    return bytes(signature.to_bytes())
+    return signature
 
 
 def tag(me: Participant, work: Work, inputs: StageInput) -> bytes:
@@ -100,7 +103,8 @@ def verdict(me: Participant, work: Work, inputs: StageInput) -> bytes:
         tags = received(spec, inputs)
     except ProtocolError as error:
         raise VerificationError(work.round, VerifyReason.MALFORMED, f"the tags are unreadable: {error}") from None
-    verified = take(work, spec, partial(spec.step, client, tags, not_asked))
+    verified = take(work, spec, partial(spec.take_step, client, tags, not_asked))
+    assert isinstance(verified, np.ndarray)  # a verdict's step returns the sum it verified
     if work.stages.start == TRAIN and work.view.survivors is not None:
         me.chain.verified(work.round, verified, work.view.survivors, client.config.encoder)
     elif work.stages.start == EVALUATE and work.view.survivors is not None:

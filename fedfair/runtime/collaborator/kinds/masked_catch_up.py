@@ -126,8 +126,7 @@ def _parsed(me: Participant, round_number: int, inputs: list[bytes]) -> tuple[Ro
     """
     try:
         parameters = me.check_parameters_of(round_number, TRAINING, inputs[0])
-        messages = [spec.received(data) for spec, data in zip(_KEPT[1:], inputs[1:], strict=True) if spec.received]
-        return parameters, PastRound(*messages)
+        return parameters, PastRound.parsed(inputs[1:])  # _KEPT's inputs after the parameters, in order
     except (ProtocolError, RefusedError, ValueError, WireError) as error:
         raise VerificationError(
             round_number, VerifyReason.MALFORMED, f"the kept inputs of the round it missed do not check: {error}"
