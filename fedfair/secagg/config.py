@@ -103,6 +103,14 @@ class SecAggConfig:
         return resummed(self.size, self.dimension)
 
     @property
+    def rechecked(self) -> bool:
+        """Whether, above RESUMMED_WORDS, ``max_colluding + 1`` survivors re-check each survivor's masked input.
+
+        Where the plan allows colluders (:mod:`fedfair.secagg.recheck`); with none the tag check alone is sound.
+        """
+        return not self.resummed and self.security.max_colluding > 0
+
+    @property
     def complete(self) -> bool:
         """Whether every party masks with every other (no SecAgg+ graph)."""
         return complete_graph_over(len(self.graph_roster), self.security.neighbours)
@@ -197,6 +205,15 @@ def resummed_claim_bytes(parties: int, words: int) -> int:
     round does not re-sum) and a rebuilt secret per party, framing included. A downloader's cap on a claim adds this.
     """
     return 8 * min(parties * words, RESUMMED_WORDS) + 64 * parties + 128
+
+
+def rechecked_claim_bytes(parties: int, words: int) -> int:
+    """The most bytes the re-check adds to a claim whose vectors have at most ``words`` words, above RESUMMED_WORDS.
+
+    The carries (2 bytes a word), the masked inputs of the survivors a party re-checks (at most ``parties - 1``, 8
+    bytes a word) and a rebuilt secret and a signature per party, framing included; none where the round re-sums.
+    """
+    return 0 if parties * words <= RESUMMED_WORDS else (2 + 8 * (parties - 1)) * words + 192 * parties + 128
 
 
 def fallback_tag_set_bytes(parties: int, words: int) -> int:

@@ -76,7 +76,8 @@ def _every_party(server: Server) -> Opening:
 
 
 def _claim(server: Server, result: AggregateResult) -> Opening:
-    return Opening(result.contributors, server.claim())
+    """Each survivor's claim where the round is re-checked (its own peers' inputs), else one claim for every survivor."""
+    return Opening(result.contributors, server.claims() if server.config.rechecked else server.claim())
 
 
 def _tag_set(server: Server) -> Opening:

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import ConfigError, ProtocolError, StaleMessageError
 from fedfair.pki.identity import CredentialVerifier
-from fedfair.secagg.config import SecAggConfig, fallback_tag_set_bytes, resummed_claim_bytes
+from fedfair.secagg.config import SecAggConfig, fallback_tag_set_bytes, rechecked_claim_bytes, resummed_claim_bytes
 from fedfair.secagg.server import AggregateResult
 
 VERDICT = b"accepted"
@@ -483,8 +483,8 @@ def roster_input(parties: int, _words: int) -> int:
 
 
 def claim_input(parties: int, words: int) -> int:
-    """The largest claimed sum: one word of at most 8 bytes each and, where the round re-sums, the survivors' inputs."""
-    return BASE_STAGE_BYTES + 8 * words + resummed_claim_bytes(parties, words)
+    """The largest claimed sum: one word of at most 8 bytes each and the survivors' inputs it carries to re-sum or re-check."""
+    return BASE_STAGE_BYTES + 8 * words + resummed_claim_bytes(parties, words) + rechecked_claim_bytes(parties, words)
 
 
 def tag_set_input(parties: int, words: int) -> int:
