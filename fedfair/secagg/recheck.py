@@ -1,24 +1,13 @@
 """The re-check: above RESUMMED_WORDS, ``max_colluding + 1`` survivors recompute each survivor's challenge value.
 
-The re-sum (:mod:`fedfair.secagg.resum`) has every survivor unmask every masked input: n x d work a party. The
-re-check splits that work. Write z_j for survivor j's masked input y_j with its own masks taken off (its self
-mask, and the pairwise masks it added for parties that dropped before masking): z_j = x_j plus j's pairwise masks
-with other survivors, which cancel, so S' = sum of z_j modulo 2^k. Over the integers (words read as two's
-complement) sum_j z_j = S' + 2^k K for a small integer vector K, the carries, which the server computes
-(:func:`carried_sum`) and claims beside S'. The challenge r is drawn from a digest of both, so both are fixed
-before r is known. Then:
-
-1. Each survivor p is sent the masked inputs of the survivors it checks (:func:`checked_peers`: the next
-   ``max_colluding + 1`` after it in U3's order, cyclically), holds each y_j to the digest its signed view names,
-   unmasks it with the committed secrets (:func:`peer_masks`) and reports v_j = <r, z_j> in its signed tag
-   (:func:`peer_values`).
-2. Every survivor accepts S' only if every tag reports exactly its sender's peers, every survivor's checkers
-   report the same v_j, and sum_j v_j = <r, S'> + 2^k <r, K> (:func:`check_reports`); otherwise FORGED.
-
-Every survivor has ``max_colluding + 1`` distinct checkers, so at least one honest one whatever the aggregator
-chose; its v_j is the true one, fixed by the view and the commitments. The accepted values therefore make
-<r, E> = 0 for E = sum_j z_j - S' - 2^k K, fixed before r: E = 0 but with probability 2^-126 per claim tried (the
-tag check's argument), and S' is the sum the re-sum would accept. docs/security.md, "Verified aggregation".
+Survivor j's masked input less its own masks is z_j; the z_j sum to S' modulo 2^k, and over the integers to
+S' + 2^k K for the carries K the server claims beside S' (:func:`carried_sum`), both fixed before the challenge r.
+Each survivor is sent the masked inputs of the peers it checks (:func:`checked_peers`), holds them to its signed
+view and the committed secrets, and reports <r, z_j> in its signed tag (:func:`peer_values`). Every survivor accepts
+S' only if each survivor's checkers agree and the values sum to <r, S'> + 2^k <r, K> (:func:`check_reports`). One
+checker of each survivor is honest, so the values are the true ones and S' is the sum the re-sum
+(:mod:`fedfair.secagg.resum`) would accept, but with probability 2^-126 per claim tried, at max_colluding + 1
+inputs a party instead of n. The argument is in docs/security.md, "Verified aggregation".
 """
 
 from __future__ import annotations
