@@ -188,8 +188,10 @@ n = 10, 1,398,100 at n = 3.
 Up to here the check holds against the aggregator colluding with any number of survivors. Its cost per party grows
 as n x d and a secure round's as d: measured (benchmarks/verify_soundness_cost.py, 16-bit words) at 5% of a
 runtime round at n = 10, d = 10^5 and 16% at d = 10^6 (4% at n = 3, d = 10^6), so this bound keeps it under the 10%
-goal at n = 10 by the measured slopes. Above it only the tag check runs, which a colluding survivor can defeat
-(docs/security.md, "Verified aggregation"); the round's :attr:`SecAggConfig.resummed` says which check is in force.
+goal at n = 10 by the measured slopes. Above it, where the plan allows colluders, max_colluding + 1 survivors
+re-check each survivor's input (:attr:`SecAggConfig.rechecked`, :mod:`fedfair.secagg.recheck`: 5-6% of a round at
+n = 10, d = 10^6 and n = 3, d = 10^7), and the tags alone check the sum where it does not (docs/security.md,
+"Verified aggregation"); the round's :attr:`SecAggConfig.resummed` says which check is in force.
 """
 
 
