@@ -133,10 +133,13 @@ class Opening:
     among: the parties the next stage expects an upload from (in increasing order).
     inputs: one message every party of `among` is sent, or each party's own (party -> message); None for
         the first stage, whose input is the runner's own (the aggregator: the round's public parameters).
+    shared: where each party is sent its own, the part every one of them is sent alike, what a party that
+        missed the round is kept (a re-checked claim without its inputs); None: nothing.
     """
 
     among: tuple[int, ...]
     inputs: Any
+    shared: Any = None
 
     def input_for(self, party: int) -> Any:
         """The message `party` is sent."""

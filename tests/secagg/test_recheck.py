@@ -276,3 +276,16 @@ def test_the_server_withholds_tags_whose_reports_disagree() -> None:
         harness.server.receive_tag(tag)
     assert not harness.server.tags_add_up()
     assert withheld(harness.server) is not None
+
+
+def test_a_party_that_missed_the_round_is_kept_the_claim_every_survivor_shares() -> None:
+    """The opening keeps the claim less each survivor's inputs: what tests/secagg/test_bystander.py checks a round from."""
+    harness = Harness(make_config(5, modulus_bits=16, max_colluding=1), verified=True)
+    harness.unmask(harness.through_consistency([1, 2, 3, 4, 5]))
+    opening = SECURE_ROUND.open_verification(harness.server, harness.server.finish())
+    shared = opening.shared
+    assert isinstance(shared, AggregateClaim) and shared.inputs == () and shared.carries is not None
+    assert sorted(opening.inputs) == [1, 2, 3, 4, 5]
+    for claim in opening.inputs.values():
+        assert replace(claim, inputs=()).to_bytes() == shared.to_bytes() and len(claim.inputs) == 2
+    assert shared.to_bytes() == harness.server.claim().to_bytes()
