@@ -25,7 +25,8 @@ current verification included):
   the challenge (download, decrypt, parse and hash each, its challenge dot product, its self-mask stream
   and that stream's dot product), so every survivor's value is recomputed by at least one honest party; plus
   the claim's carry vector (d bytes, one more dot product). Measured at every d by the same components; it
-  does not grow with n.
+  does not grow with n. Built since (``fedfair/secagg/recheck.py``); ``benchmarks/recheck_cost.py`` measures the
+  built one.
 
 ``*_vs_round`` is a candidate's CPU over the runtime round's per-party CPU (the issue's goal: 10% at
 d = 10^6, n = 10). ``--dimensions`` picks the d measured.

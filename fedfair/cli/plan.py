@@ -141,7 +141,8 @@ def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     diff.set_defaults(handler=_diff_command)
     show = commands.add_parser(
         "show",
-        help="which check the plan's secure sums get (re-summed by every site, or tags alone; under the input bound "
+        help="which check the plan's secure sums get (re-summed by every site, or re-checked by max_colluding + 1 sites "
+        "each above the re-sum bound; under the input bound "
         "the bounded sum's) for its model size and roster, and the input bound in force",
     )
     show.add_argument("--plan", type=Path, required=True, help="the aggregator's plan.toml")

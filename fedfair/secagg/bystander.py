@@ -25,7 +25,8 @@ from fedfair.secagg.payloads import View, session_id
 from fedfair.secagg.resum import check_resummed
 from fedfair.secagg.shares import check_view_signatures
 from fedfair.secagg.verify import Challenge, aggregate_digest
-from fedfair.secagg.verify_client import Claimed, check_tags
+from fedfair.secagg.recheck import claimed_values
+from fedfair.secagg.verify_client import Claimed, check_claim_shape, check_tags
 from fedfair.secagg.verify_messages import AggregateClaim, TagSet
 from fedfair.secagg.wire import check_header
 
@@ -70,8 +71,7 @@ def check_past_sum(past: PastRound, config: SecAggConfig, verify_credential: Cre
     """
     round_number = config.round
     vector = past.claim.vector
-    if vector.dtype.itemsize != np.dtype(config.encoder.dtype).itemsize or vector.shape != (config.dimension + 1,):
-        raise VerificationError(round_number, VerifyReason.MALFORMED, "the claimed aggregate has the wrong shape")
+    check_claim_shape(past.claim, config)
     try:
         advertisements, identities = _advertised(past.directory, config, verify_credential)
         session = session_id(config.digest, tuple(advertisements.values()))
@@ -102,8 +102,12 @@ def check_past_sum(past: PastRound, config: SecAggConfig, verify_credential: Cre
             advertisements=advertisements,
             identities=identities,
         )
-    digest = aggregate_digest(session, view[1], view[2], vector)
-    claimed = Claimed(digest, Challenge(session, digest, vector.size).dots(vector), vector)
+    carries = past.claim.carries
+    digest = aggregate_digest(session, view[1], view[2], vector, carries)
+    challenge = Challenge(session, digest, vector.size)
+    # A re-checked round's reports are checked as a survivor checks them: one honest checker vouches for each value.
+    rechecked = None if carries is None else claimed_values(challenge, vector, carries)
+    claimed = Claimed(digest, challenge.dots(vector), vector, rechecked)
     return check_tags(
         past.tag_set,
         claimed,

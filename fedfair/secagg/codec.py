@@ -60,6 +60,13 @@ class Writer:
             self.u32(party)
         return self
 
+    def pairs(self, pairs: tuple[tuple[int, bytes], ...]) -> Writer:
+        """(party id, bytes) pairs: their count (u32), then each id (u32) and its bytes (a blob)."""
+        self.u32(len(pairs))
+        for party, value in pairs:
+            self.u32(party).blob(value)
+        return self
+
     def getvalue(self) -> bytes:
         """Every field appended so far, as one byte string."""
         return b"".join(self._parts)
@@ -128,6 +135,10 @@ class Reader:
     def ids(self) -> tuple[int, ...]:
         """A list of party ids written by :meth:`Writer.ids`."""
         return tuple(self.u32() for _ in range(self.u32()))
+
+    def pairs(self, limit: int) -> tuple[tuple[int, bytes], ...]:
+        """(party id, bytes) pairs written by :meth:`Writer.pairs`, each blob at most ``limit`` bytes."""
+        return tuple((self.u32(), self.blob(limit)) for _ in range(self.u32()))
 
     def finish(self) -> None:
         """Insist that every byte was consumed."""

@@ -103,6 +103,14 @@ class SecAggConfig:
         return resummed(self.size, self.dimension)
 
     @property
+    def rechecked(self) -> bool:
+        """Whether, above RESUMMED_WORDS, ``max_colluding + 1`` survivors re-check each survivor's masked input.
+
+        Where the plan allows colluders (:mod:`fedfair.secagg.recheck`); with none the tag check alone is sound.
+        """
+        return not self.resummed and self.security.max_colluding > 0
+
+    @property
     def complete(self) -> bool:
         """Whether every party masks with every other (no SecAgg+ graph)."""
         return complete_graph_over(len(self.graph_roster), self.security.neighbours)
@@ -180,8 +188,10 @@ n = 10, 1,398,100 at n = 3.
 Up to here the check holds against the aggregator colluding with any number of survivors. Its cost per party grows
 as n x d and a secure round's as d: measured (benchmarks/verify_soundness_cost.py, 16-bit words) at 5% of a
 runtime round at n = 10, d = 10^5 and 16% at d = 10^6 (4% at n = 3, d = 10^6), so this bound keeps it under the 10%
-goal at n = 10 by the measured slopes. Above it only the tag check runs, which a colluding survivor can defeat
-(docs/security.md, "Verified aggregation"); the round's :attr:`SecAggConfig.resummed` says which check is in force.
+goal at n = 10 by the measured slopes. Above it, where the plan allows colluders, max_colluding + 1 survivors
+re-check each survivor's input (:attr:`SecAggConfig.rechecked`, :mod:`fedfair.secagg.recheck`: 5-6% of a round at
+n = 10, d = 10^6 and n = 3, d = 10^7), and the tags alone check the sum where it does not (docs/security.md,
+"Verified aggregation"); the round's :attr:`SecAggConfig.resummed` says which check is in force.
 """
 
 
@@ -197,6 +207,15 @@ def resummed_claim_bytes(parties: int, words: int) -> int:
     round does not re-sum) and a rebuilt secret per party, framing included. A downloader's cap on a claim adds this.
     """
     return 8 * min(parties * words, RESUMMED_WORDS) + 64 * parties + 128
+
+
+def rechecked_claim_bytes(parties: int, words: int) -> int:
+    """The most bytes the re-check adds to a claim whose vectors have at most ``words`` words, above RESUMMED_WORDS.
+
+    The carries (2 bytes a word), the masked inputs of the survivors a party re-checks (at most ``parties - 1``, 8
+    bytes a word) and a rebuilt secret and a signature per party, framing included; none where the round re-sums.
+    """
+    return 0 if parties * words <= RESUMMED_WORDS else (2 + 8 * (parties - 1)) * words + 192 * parties + 128
 
 
 def fallback_tag_set_bytes(parties: int, words: int) -> int:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataclasses import replace
+
 from fedfair.secagg.client import Client
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.messages import (
@@ -76,7 +78,14 @@ def _every_party(server: Server) -> Opening:
 
 
 def _claim(server: Server, result: AggregateResult) -> Opening:
-    return Opening(result.contributors, server.claim())
+    """Each survivor's claim where the round is re-checked (its own peers' inputs), else one claim for every survivor.
+
+    A re-checked round's shared part (the claim less the inputs) is what a site that missed the round checks.
+    """
+    if not server.config.rechecked:
+        return Opening(result.contributors, server.claim())
+    claims = server.claims()
+    return Opening(result.contributors, claims, replace(next(iter(claims.values())), inputs=()))
 
 
 def _tag_set(server: Server) -> Opening:

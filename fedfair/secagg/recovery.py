@@ -226,28 +226,52 @@ def is_committed(config: SecAggConfig, kind: Kind, advertisement: AdvertiseKeys,
     return keys.public_bytes(keys.load_private(secret)) == advertisement.mask_public_key
 
 
+Secrets = Mapping[tuple[Kind, int], bytes]
+"""Rebuilt secrets by (kind, owner): survivors' self-mask seeds and dropped parties' mask keys."""
+
+
 def unmasking_streams(
-    secrets: Mapping[tuple[Kind, int], bytes],
+    secrets: Secrets,
     *,
     session: bytes,
     config: SecAggConfig,
     masked: set[int],
     advertisements: Mapping[int, AdvertiseKeys],
 ) -> list[prg.Mask]:
-    """Every keystream to subtract from the sum.
+    """Every keystream to subtract from the sum: each survivor's own (:func:`survivor_masks`)."""
+    return [
+        mask
+        for survivor in sorted(masked)
+        for mask in survivor_masks(
+            survivor, secrets, session=session, config=config, masked=masked, advertisements=advertisements
+        )
+    ]
 
-    That is each survivor's self mask, and the pairwise masks survivors added for the
-    parties that dropped before masking.
+
+def survivor_masks(
+    survivor: int,
+    secrets: Secrets,
+    *,
+    session: bytes,
+    config: SecAggConfig,
+    masked: set[int],
+    advertisements: Mapping[int, AdvertiseKeys],
+) -> list[prg.Mask]:
+    """The keystreams to subtract from ``survivor``'s masked input that do not cancel in the sum over ``masked``.
+
+    That is its self mask, and the pairwise masks it added for the parties that dropped before masking (whose mask
+    keys ``secrets`` holds). What is left is its input plus its pairwise masks with other survivors.
     """
     masks: list[prg.Mask] = []
     for (kind, owner), secret in secrets.items():
-        if kind is Kind.SEED:
+        if kind is Kind.SEED and owner == survivor:
             masks.append((keys.self_mask_key(secret, session, owner), -1))
-            continue
-        mask_key = keys.load_private(secret)
-        for survivor in sorted(config.graph[owner] & masked):
+        elif kind is Kind.MASK_KEY and survivor in config.graph[owner] and survivor in masked:
             pair_key = keys.pair_mask_key(
-                keys.agree(mask_key, advertisements[survivor].mask_public_key), session, owner, survivor
+                keys.agree(keys.load_private(secret), advertisements[survivor].mask_public_key),
+                session,
+                owner,
+                survivor,
             )
             # The survivor added the stream if its id is the smaller one; undo whichever it did.
             masks.append((pair_key, -1 if survivor < owner else 1))

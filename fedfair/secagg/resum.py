@@ -13,7 +13,7 @@ above RESUMMED_WORDS the tag set of such a round carries the material). See docs
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from fedfair.secagg import prg
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.messages import AdvertiseKeys
 from fedfair.secagg.payloads import View, masked_input_digest
-from fedfair.secagg.recovery import is_committed, unmasking_streams
+from fedfair.secagg.recovery import Secrets, is_committed, unmasking_streams
 from fedfair.secagg.shares import Kind, check_view_signatures
 from fedfair.secagg.verify_messages import ResumMaterial
 
@@ -48,14 +48,47 @@ def check_resummed(
     under.
 
     Raises:
-        VerificationError: MALFORMED for material that does not carry one masked input of the aggregate's shape per
-            survivor, a seed per survivor, a mask key per dropped party a survivor masked with, and the
-            consistency signatures of t distinct survivors on ``view``; FORGED for a masked input other than the
-            one the view names, a secret other than the one its owner committed to, or an aggregate other than
-            the sum they give.
+        VerificationError: as :func:`committed_secrets` and :func:`check_inputs` (the inputs of every survivor);
+            FORGED for an aggregate other than the sum they give.
+    """
+    survivors = view[1]
+    secrets = committed_secrets(
+        material, config=config, session=session, view=view, advertisements=advertisements, identities=identities
+    )
+    check_inputs(material.inputs, survivors, vector, config=config, session=session, view=view)
+    total = material.inputs[0].copy()
+    for masked in material.inputs[1:]:
+        np.add(total, masked, out=total)
+    masks = unmasking_streams(
+        secrets, session=session, config=config, masked=set(survivors), advertisements=advertisements
+    )
+    prg.apply_masks(total, masks)
+    if not np.array_equal(total, vector):
+        raise VerificationError(
+            config.round,
+            VerifyReason.FORGED,
+            "the claimed aggregate is not the sum of the survivors' masked inputs, unmasked, that this party re-summed",
+        )
+
+
+def committed_secrets(
+    material: ResumMaterial,
+    *,
+    config: SecAggConfig,
+    session: bytes,
+    view: View,
+    advertisements: Mapping[int, AdvertiseKeys],
+    identities: Mapping[int, ec.EllipticCurvePublicKey],
+) -> Secrets:
+    """The secrets ``material`` carries, once t survivors' signatures on ``view`` and every commitment check out.
+
+    Raises:
+        VerificationError: MALFORMED for material without the consistency signatures of t distinct survivors on
+            ``view``, or without exactly a seed per survivor and a mask key per dropped party a survivor masked
+            with; FORGED for a secret other than the one its owner committed to in its signed advertisement.
     """
     round_number = config.round
-    masking_set, survivors, digests = view
+    masking_set, survivors, _digests = view
     try:
         check_view_signatures(
             material.signatures, view, session=session, identities=identities, config=config, wanted={}
@@ -66,12 +99,6 @@ def check_resummed(
             VerifyReason.MALFORMED,
             f"the re-sum material does not carry the signatures of t survivors on the view this party signed ({error})",
         ) from None
-    if len(material.inputs) != len(survivors) or any(
-        masked.dtype != vector.dtype or masked.shape != vector.shape for masked in material.inputs
-    ):
-        raise VerificationError(
-            round_number, VerifyReason.MALFORMED, "the re-sum material does not carry one masked input per survivor"
-        )
     dropped = set(masking_set) - set(survivors)
     needed_keys = {owner for owner in dropped if config.graph[owner] & set(survivors)}
     seeds, mask_keys = dict(material.seeds), dict(material.mask_keys)
@@ -86,13 +113,6 @@ def check_resummed(
             VerifyReason.MALFORMED,
             "the re-sum material does not carry exactly the survivors' seeds and the dropped parties' mask keys",
         )
-    for party, digest, masked in zip(survivors, digests, material.inputs, strict=True):
-        if masked_input_digest(session, party, masked) != digest:
-            raise VerificationError(
-                round_number,
-                VerifyReason.FORGED,
-                f"the masked input shown for {config.name_of(party)} is not the one the view this party signed names",
-            )
     secrets = {(Kind.SEED, owner): seed for owner, seed in seeds.items()}
     secrets |= {(Kind.MASK_KEY, owner): key for owner, key in mask_keys.items()}
     for (kind, owner), secret in secrets.items():
@@ -102,19 +122,40 @@ def check_resummed(
                 VerifyReason.FORGED,
                 f"the {kind.value} shown for {config.name_of(owner)} is not the one it committed to",
             )
-    total = material.inputs[0].copy()
-    for masked in material.inputs[1:]:
-        np.add(total, masked, out=total)
-    masks = unmasking_streams(
-        secrets, session=session, config=config, masked=set(survivors), advertisements=advertisements
-    )
-    prg.apply_masks(total, masks)
-    if not np.array_equal(total, vector):
+    return secrets
+
+
+def check_inputs(
+    inputs: Sequence[np.ndarray],
+    parties: Sequence[int],
+    vector: np.ndarray,
+    *,
+    config: SecAggConfig,
+    session: bytes,
+    view: View,
+) -> None:
+    """Refuse ``inputs`` unless they are the masked inputs of ``parties`` (survivors, in order) that ``view`` names.
+
+    Raises:
+        VerificationError: MALFORMED for another count of inputs, or one of another shape than ``vector``; FORGED
+            for a masked input whose digest is not the one ``view`` names for its party.
+    """
+    if len(inputs) != len(parties) or any(
+        masked.dtype != vector.dtype or masked.shape != vector.shape for masked in inputs
+    ):
         raise VerificationError(
-            round_number,
-            VerifyReason.FORGED,
-            "the claimed aggregate is not the sum of the survivors' masked inputs, unmasked, that this party re-summed",
+            config.round,
+            VerifyReason.MALFORMED,
+            f"the material does not carry one masked input for each of {', '.join(map(config.name_of, parties))}",
         )
+    digests = dict(zip(view[1], view[2], strict=True))
+    for party, masked in zip(parties, inputs, strict=True):
+        if masked_input_digest(session, party, masked) != digests[party]:
+            raise VerificationError(
+                config.round,
+                VerifyReason.FORGED,
+                f"the masked input shown for {config.name_of(party)} is not the one the view this party signed names",
+            )
 
 
 def resum_decides(config: SecAggConfig) -> bool:

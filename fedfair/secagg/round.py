@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import ConfigError, ProtocolError, StaleMessageError
 from fedfair.pki.identity import CredentialVerifier
-from fedfair.secagg.config import SecAggConfig, fallback_tag_set_bytes, resummed_claim_bytes
+from fedfair.secagg.config import SecAggConfig, fallback_tag_set_bytes, rechecked_claim_bytes, resummed_claim_bytes
 from fedfair.secagg.server import AggregateResult
 
 VERDICT = b"accepted"
@@ -140,10 +140,13 @@ class Opening:
     among: the parties the next stage expects an upload from (in increasing order).
     inputs: one message every party of `among` is sent, or each party's own (party -> message); None for
         the first stage, whose input is the runner's own (the aggregator: the round's public parameters).
+    shared: where each party is sent its own, the part every one of them is sent alike, what a party that
+        missed the round is kept (a re-checked claim without its inputs); None: nothing.
     """
 
     among: tuple[int, ...]
     inputs: Message | Mapping[int, Message] | None
+    shared: Message | None = None
 
     def input_for(self, party: int) -> Message | None:
         """The message `party` is sent."""
@@ -653,8 +656,8 @@ def roster_input(parties: int, _words: int) -> int:
 
 
 def claim_input(parties: int, words: int) -> int:
-    """The largest claimed sum: one word of at most 8 bytes each and, where the round re-sums, the survivors' inputs."""
-    return BASE_STAGE_BYTES + 8 * words + resummed_claim_bytes(parties, words)
+    """The largest claimed sum: one word of at most 8 bytes each and the survivors' inputs it carries to re-sum or re-check."""
+    return BASE_STAGE_BYTES + 8 * words + resummed_claim_bytes(parties, words) + rechecked_claim_bytes(parties, words)
 
 
 def tag_set_input(parties: int, words: int) -> int:

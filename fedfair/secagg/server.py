@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.core.errors import AuthenticationError, ProtocolError, ThresholdError, UnmaskRefusedError
+from fedfair.core.errors import (
+    AuthenticationError,
+    ProtocolError,
+    ThresholdError,
+    UnmaskRefusedError,
+    VerificationError,
+)
 from fedfair.pki.identity import CredentialVerifier, is_valid_signature
 from fedfair.secagg import config as config_module, keys, prg
 from fedfair.secagg.config import SecAggConfig
@@ -49,7 +55,8 @@ from fedfair.secagg.payloads import (
     session_id,
     share_check_payload,
 )
-from fedfair.secagg.recovery import Recovery, check_range, unmasking_streams
+from fedfair.secagg.recheck import carried_sum, check_reports, checked_peers, claimed_values
+from fedfair.secagg.recovery import Recovery, check_range, survivor_masks, unmasking_streams
 from fedfair.secagg.resum import resum_decides
 from fedfair.secagg.shares import Kind
 from fedfair.secagg.verify import Challenge, TAG_BYTES, aggregate_digest, check_sum, tag_payload
@@ -118,6 +125,7 @@ class Server:
         self._culprits: dict[int, list[str]] = {}
         self._proven: set[int] = set()
         self._digest = b""
+        self._carries: np.ndarray | None = None
         self._tags: dict[int, AggregateTag] = {}
 
     @property
@@ -300,8 +308,9 @@ class Server:
 
         The input itself is kept where the survivors may re-sum the inputs to check the sum: every round up to
         RESUMMED_WORDS (:attr:`~fedfair.secagg.config.SecAggConfig.resummed`), and above it, on the complete graph, a
-        round whose tags do not all arrive (:func:`~fedfair.secagg.resum.resum_decides`). Otherwise it is never
-        stored on its own.
+        round whose tags do not all arrive (:func:`~fedfair.secagg.resum.resum_decides`), or where survivors re-check
+        each other's inputs (:attr:`~fedfair.secagg.config.SecAggConfig.rechecked`). Otherwise it is never stored
+        on its own.
         """
         check_header(message, self.config, self._session)
         if message.sender not in self._masking:
@@ -312,7 +321,7 @@ class Server:
             raise ProtocolError(f"party {message.sender}'s masked input has the wrong word size or length")
         np.add(self._sum, message.vector, out=self._sum)
         self._input_digests[message.sender] = masked_input_digest(self._session, message.sender, message.vector)
-        if self.config.resummed or resum_decides(self.config):
+        if self.config.resummed or resum_decides(self.config) or self.config.rechecked:
             self._inputs[message.sender] = message.vector
         self._masked.add(message.sender)
 
@@ -432,12 +441,54 @@ class Server:
         """Open VERIFY (after :meth:`finish`): show the survivors the unmasked sum, which commits the server to it.
 
         Where the round re-sums (``config.resummed``) the claim also carries the survivors' masked inputs, the
-        secrets rebuilt at UNMASK and the consistency signatures the unmask request carried.
+        secrets rebuilt at UNMASK and the consistency signatures the unmask request carried. Where it is re-checked
+        (``config.rechecked``) it carries the sum's carries, the secrets and the signatures: what every survivor is
+        sent alike; each is sent its own, with the inputs it re-checks (:meth:`claims`).
         """
+        if self.config.rechecked:
+            survivors = self._survivors
+            parts = (self._unmasked_input(party) for party in survivors)
+            # The carries of the z_j's sum, which is the sum unmasked at finish (the same masks, taken off one
+            # input at a time).
+            _total, self._carries = carried_sum(parts)
+            self._digest = aggregate_digest(self._session, survivors, self._view_inputs, self._sum, self._carries)
+            _inputs, seeds, mask_keys, signatures = self._material()
+            return AggregateClaim(
+                self._header(Stage.VERIFY), self._sum, (), seeds, mask_keys, signatures, carries=self._carries
+            )
         self._digest = aggregate_digest(self._session, self._survivors, self._view_inputs, self._sum)
         if not self.config.resummed:
             return AggregateClaim(self._header(Stage.VERIFY), self._sum)
         return AggregateClaim(self._header(Stage.VERIFY), self._sum, *self._material())
+
+    def claims(self) -> dict[int, AggregateClaim]:
+        """Open a re-checked VERIFY: each survivor's claim, :meth:`claim` with the masked inputs it re-checks.
+
+        Each input is shared with the survivor's claim, never copied (:func:`~fedfair.secagg.recheck.checked_peers`).
+        """
+        common = self.claim()
+        colluding = self.config.security.max_colluding
+        return {
+            party: replace(
+                common,
+                inputs=tuple(self._inputs[peer] for peer in checked_peers(self._survivors, party, colluding)),
+            )
+            for party in self._survivors
+        }
+
+    def _unmasked_input(self, party: int) -> np.ndarray:
+        """``party``'s masked input less its own masks (:func:`~fedfair.secagg.recovery.survivor_masks`), a copy."""
+        unmasked = np.array(self._inputs[party], copy=True)
+        masks = survivor_masks(
+            party,
+            self._secrets,
+            session=self._session,
+            config=self.config,
+            masked=self._masked,
+            advertisements=self._advertisements,
+        )
+        prg.apply_masks(unmasked, masks)
+        return unmasked
 
     def _material(self) -> Material:
         """What this server unmasked the sum from, for every survivor to unmask it again (:class:`ResumMaterial`)."""
@@ -455,7 +506,7 @@ class Server:
             raise ProtocolError(f"party {sender} is not a survivor and cannot tag the aggregate")
         if sender in self._tags:
             raise ProtocolError(f"party {sender} already tagged the aggregate")
-        payload = tag_payload(self._session, self._digest, sender, message.tags)
+        payload = tag_payload(self._session, self._digest, sender, message.tags, message.values)
         if len(message.tags) != TAG_BYTES or not is_valid_signature(
             self._identities[sender], message.signature, payload
         ):
@@ -476,13 +527,27 @@ class Server:
         """Whether the tags received sum to the claimed aggregate's challenge dots, as every survivor will check.
 
         For a server that claimed the true sum, False means a survivor tagged something other than its input
-        (which nobody can tell apart from a forged sum): relaying the tags would only make every survivor
-        refuse the aggregate, so the runtime aborts the round instead. Costs one challenge over the d + 1 words.
+        (which nobody can tell apart from a forged sum), or, in a re-checked round, reported values that every
+        survivor would refuse (:func:`~fedfair.secagg.recheck.check_reports`): relaying the tags would only make
+        every survivor refuse the aggregate, so the runtime aborts the round instead. Costs a challenge over the
+        d + 1 words (two in a re-checked round).
         """
         if self.untagged:
             return False
         challenge = Challenge(self._session, self._digest, self._sum.size)
-        return check_sum(challenge.dots(self._sum), (self._tags[party].tags for party in sorted(self._tags)))
+        tags = [self._tags[party] for party in sorted(self._tags)]
+        if self._carries is not None:
+            reports = {tag.sender: tag.values for tag in tags}
+            try:
+                check_reports(
+                    reports,
+                    claimed_values(challenge, self._sum, self._carries),
+                    config=self.config,
+                    survivors=self._survivors,
+                )
+            except VerificationError:
+                return False
+        return check_sum(challenge.dots(self._sum), (tag.tags for tag in tags))
 
     def tag_set(self) -> TagSet:
         """Close VERIFY: relay every tag received to every survivor, which then checks them (:meth:`Client.verify`).

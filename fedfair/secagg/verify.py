@@ -41,12 +41,18 @@ _DOMAIN = "fedfair/secagg/v3/verify-"
 
 
 def aggregate_digest(
-    session: bytes, survivors: tuple[int, ...], inputs: tuple[bytes, ...], vector: np.ndarray
+    session: bytes,
+    survivors: tuple[int, ...],
+    inputs: tuple[bytes, ...],
+    vector: np.ndarray,
+    carries: np.ndarray | None = None,
 ) -> bytes:
-    """SHA-256 of the session, the survivor set U3, its masked-input digests and the aggregate's words.
+    """SHA-256 of the session, the survivor set U3, its masked-input digests, the aggregate's words and its carries.
 
     What every tag is signed over: survivors shown different views (another masked input for one of them)
-    sign different digests, so each refuses the others' tags.
+    sign different digests, so each refuses the others' tags. ``carries`` (a re-checked round's,
+    :mod:`fedfair.secagg.recheck`; as many 16-bit words as the aggregate has words) follow the words, so the
+    challenge is drawn only once both are fixed; the header's word count says where the words end.
     """
     bits = vector.dtype.itemsize * 8
     head = Writer().text(_DOMAIN + "aggregate").blob(session).ids(survivors).u32(len(inputs))
@@ -55,12 +61,21 @@ def aggregate_digest(
     head.u8(bits).u64(vector.size)
     digest = hashlib.sha256(head.getvalue())
     digest.update(np.ascontiguousarray(vector, dtype=f"<u{bits // 8}").data)
+    if carries is not None:
+        digest.update(np.ascontiguousarray(carries, dtype="<u2").data)
     return digest.digest()
 
 
-def tag_payload(session: bytes, digest: bytes, party: int, tags: bytes) -> bytes:
-    """The bytes a survivor signs with its tags: bound to the session, the aggregate's digest and the sender."""
-    return Writer().text(_DOMAIN + "tag").blob(session).blob(digest).u32(party).blob(tags).getvalue()
+def tag_payload(
+    session: bytes, digest: bytes, party: int, tags: bytes, values: tuple[tuple[int, bytes], ...] = ()
+) -> bytes:
+    """The bytes a survivor signs with its tags: bound to the session, the aggregate's digest and the sender.
+
+    ``values`` are the re-checked values the tag reports (:mod:`fedfair.secagg.recheck`; none where the round
+    is not re-checked).
+    """
+    writer = Writer().text(_DOMAIN + "tag").blob(session).blob(digest).u32(party).blob(tags)
+    return writer.pairs(values).getvalue()
 
 
 class Challenge:

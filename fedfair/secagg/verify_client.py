@@ -8,7 +8,6 @@ construction they apply (challenge, masked tags, their sum) is :mod:`fedfair.sec
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 import logging
 from collections.abc import Iterable, Mapping
@@ -21,11 +20,21 @@ from fedfair.core.errors import (
     VerifyReason,
 )
 from fedfair.pki.identity import is_valid_signature, sign
-from fedfair.secagg.config import RESUMMED_WORDS, SecAggConfig
+from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.messages import AdvertiseKeys
 from fedfair.secagg.payloads import View
-from fedfair.secagg.resum import check_resummed, resum_decides
-from fedfair.secagg.verify import BLOCK, TAG_BYTES, Challenge, aggregate_digest, check_sum, masked_tags, tag_payload
+from fedfair.secagg.recheck import CARRY_DTYPE, check_reports, checked_peers, claimed_values, peer_values
+from fedfair.secagg.resum import check_inputs, check_resummed, committed_secrets, resum_decides
+from fedfair.secagg.verify import (
+    BLOCK,
+    TAG_BYTES,
+    Challenge,
+    aggregate_digest,
+    check_sum,
+    encode_tags,
+    masked_tags,
+    tag_payload,
+)
 from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
 from fedfair.secagg.wire import Header
 
@@ -42,6 +51,9 @@ class Claimed:
     """The challenge's dots of the claimed aggregate: what the survivors' tags must sum to."""
     vector: np.ndarray
     """The claimed aggregate, as this party tagged (or, a round it took no part in, checks) it."""
+    rechecked: tuple[int, ...] | None
+    """Where the round is re-checked, what the survivors' re-checked values must sum to
+    (:func:`~fedfair.secagg.recheck.claimed_values`); None otherwise."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,15 +86,13 @@ def tag_claim(
     view it signed (U3 and the survivors' masked-input digests); ``advertisements`` the ones it accepted;
     ``identities`` its peers' identity keys; ``tag_keys`` its pairwise tag keys by neighbour; ``header`` the tag's. Where the round re-sums
     (``config.resummed``) the party first unmasks the sum itself (:func:`~fedfair.secagg.resum.check_resummed`)
-    and tags nothing else. The refusals are :meth:`Client.tag <fedfair.secagg.client.Client.tag>`'s.
+    and tags nothing else; where it is re-checked (``config.rechecked``) it recomputes the values of the peers it
+    checks from the inputs its claim carries and reports them in its tag (:mod:`fedfair.secagg.recheck`). The refusals are :meth:`Client.tag <fedfair.secagg.client.Client.tag>`'s.
     """
     vector = claim.vector
-    if vector.dtype.itemsize != np.dtype(config.encoder.dtype).itemsize or vector.shape != (config.dimension + 1,):
-        raise VerificationError(
-            config.round, VerifyReason.MALFORMED, "the claimed aggregate has the wrong word size or length"
-        )
+    check_claim_shape(claim, config)
     survivors = view[1]
-    digest = aggregate_digest(session, survivors, view[2], vector)
+    digest = aggregate_digest(session, survivors, view[2], vector, claim.carries)
     if tagged is not None:
         if tagged.digest != digest:
             raise VerificationError(
@@ -105,18 +115,58 @@ def tag_claim(
             advertisements=advertisements,
             identities=identities,
         )
-    elif config.security.max_colluding:
-        say_tags_alone(config.size, config.dimension, config.security.max_colluding)
     challenge = Challenge(session, digest, vector.size)
+    values: tuple[tuple[int, bytes], ...] = ()
+    rechecked = None
+    if claim.carries is not None:
+        # Above RESUMMED_WORDS, where colluders are allowed: this party re-checks its peers (fedfair.secagg.recheck).
+        secrets = committed_secrets(
+            claim, config=config, session=session, view=view, advertisements=advertisements, identities=identities
+        )
+        peers = checked_peers(survivors, party, config.security.max_colluding)
+        check_inputs(claim.inputs, peers, vector, config=config, session=session, view=view)
+        found = peer_values(
+            challenge,
+            zip(peers, claim.inputs, strict=True),
+            secrets,
+            session=session,
+            config=config,
+            survivors=survivors,
+            advertisements=advertisements,
+        )
+        values = tuple((peer, encode_tags(value)) for peer, value in found)
+        rechecked = claimed_values(challenge, vector, claim.carries)
     neighbours = set(survivors) & tag_keys.keys()
     keys = {peer: tag_keys[peer] for peer in sorted(neighbours)}
     tags = masked_tags(challenge, plain, party, keys, session, digest)
-    signature = sign(identity_key, tag_payload(session, digest, party, tags))
-    message = AggregateTag(header, party, tags, signature)
-    # A received claim is a read-only view of its bytes: kept as it is. A writeable one is copied, so
-    # the aggregate this party verifies is the one it tagged whatever its caller does with the array.
-    kept = vector.copy() if vector.flags.writeable else vector
-    return Tagged(digest, challenge.dots(vector), kept, message)
+    signature = sign(identity_key, tag_payload(session, digest, party, tags, values))
+    message = AggregateTag(header, party, tags, signature, values)
+    # A writeable claim is copied, so the aggregate this party verifies is the one it tagged whatever its caller
+    # does with the array; so is one that carried inputs, which then need not be held until the tags come.
+    kept = vector.copy() if vector.flags.writeable or claim.inputs else vector
+    return Tagged(digest, challenge.dots(vector), kept, rechecked, message)
+
+
+def check_claim_shape(claim: AggregateClaim, config: SecAggConfig) -> None:
+    """Refuse a claim whose aggregate has another word size or length than ``config``'s, or wrong carries.
+
+    A re-checked round's claim (:attr:`~fedfair.secagg.config.SecAggConfig.rechecked`) carries one 16-bit carry
+    per word of the aggregate; any other carries none.
+
+    Raises:
+        VerificationError: MALFORMED, naming which.
+    """
+    vector = claim.vector
+    if vector.dtype.itemsize != np.dtype(config.encoder.dtype).itemsize or vector.shape != (config.dimension + 1,):
+        raise VerificationError(
+            config.round, VerifyReason.MALFORMED, "the claimed aggregate has the wrong word size or length"
+        )
+    carries = claim.carries
+    if config.rechecked != (carries is not None) or (
+        carries is not None and (carries.dtype != CARRY_DTYPE or carries.shape != vector.shape)
+    ):
+        wanted = "one 16-bit carry per word" if config.rechecked else "no carries"
+        raise VerificationError(config.round, VerifyReason.MALFORMED, f"the claim must carry {wanted}")
 
 
 def check_tags(
@@ -142,11 +192,12 @@ def check_tags(
     round_number = config.round
     survivors = view[1]
     fields: dict[int, bytes] = {}
+    reports: dict[int, tuple[tuple[int, bytes], ...]] = {}
     for entry in tag_set.tags:
         name = _name(config, entry.sender)
         if entry.sender not in survivors or entry.sender in fields:
             raise VerificationError(round_number, VerifyReason.BAD_TAG, f"{name} is not a survivor or tagged twice")
-        payload = tag_payload(session, tagged.digest, entry.sender, entry.tags)
+        payload = tag_payload(session, tagged.digest, entry.sender, entry.tags, entry.values)
         if len(entry.tags) != TAG_BYTES or not is_valid_signature(identities[entry.sender], entry.signature, payload):
             raise VerificationError(
                 round_number,
@@ -155,6 +206,7 @@ def check_tags(
                 "(the aggregator showed survivors different aggregates, or altered the tag)",
             )
         fields[entry.sender] = entry.tags
+        reports[entry.sender] = entry.values
     missing = sorted(set(survivors) - fields.keys())
     names = ", ".join(_name(config, party) for party in missing)
     if missing and resum_decides(config) and config.resummed:
@@ -182,21 +234,9 @@ def check_tags(
         raise VerificationError(
             round_number, VerifyReason.FORGED, f"the tags of {names} do not sum to the claimed aggregate's"
         )
+    if tagged.rechecked is not None:
+        check_reports(reports, tagged.rechecked, config=config, survivors=survivors)
     return tagged.vector
-
-
-@functools.cache
-def say_tags_alone(parties: int, dimension: int, max_colluding: int) -> None:
-    """Warn, once per shape of sum, that its check is the tag check alone: not sound against a colluding survivor."""
-    logger.warning(
-        "sums of %d words from %d parties are checked by their tags alone (above %d words in all, no party re-sums "
-        "them unless a survivor's tag is missing): a wrong sum is refused unless up to %d colluding parties cover "
-        "it with their tags (docs/security.md, Verified aggregation)",
-        dimension + 1,
-        parties,
-        RESUMMED_WORDS,
-        max_colluding,
-    )
 
 
 def _name(config: SecAggConfig, party: int) -> str:

@@ -40,7 +40,13 @@ class AggregateClaim(Wire):
     mask_keys, (dropped party, its rebuilt mask key) for each party of the masking set that a survivor masked
     with but that sent no input; signatures, the survivors' (party, consistency signature) on the view, as the
     unmask request carried them, so each survivor sees that t survivors signed the view it re-sums (a survivor's
-    tag may then be missing, :func:`fedfair.secagg.resum.resum_decides`). All four are empty otherwise.
+    tag may then be missing, :func:`fedfair.secagg.resum.resum_decides`).
+
+    Where the round is re-checked instead (:attr:`~fedfair.secagg.config.SecAggConfig.rechecked`, above
+    RESUMMED_WORDS) each survivor is sent a claim of its own: carries, the 16-bit carries K of the sum
+    (:func:`fedfair.secagg.recheck.carried_sum`), the same for every survivor; inputs, the masked inputs of the
+    survivors it re-checks (:func:`fedfair.secagg.recheck.checked_peers`, in that order); seeds, mask_keys and
+    signatures as above. All five are empty otherwise.
     """
 
     TYPE: ClassVar[int] = 12
@@ -52,16 +58,20 @@ class AggregateClaim(Wire):
     seeds: tuple[tuple[int, bytes], ...] = ()
     mask_keys: tuple[tuple[int, bytes], ...] = ()
     signatures: tuple[tuple[int, bytes], ...] = ()
+    carries: np.ndarray | None = None
 
     def write(self, writer: Writer) -> None:
         """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
         write_vector(writer, self.vector)
         _write_material(writer, self)
+        write_vector(writer, np.zeros(0, dtype=np.uint16) if self.carries is None else self.carries)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> AggregateClaim:
         """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
-        return cls(header, read_vector(reader), *_read_material(reader))
+        vector, material = read_vector(reader), _read_material(reader)
+        carries = read_vector(reader)
+        return cls(header, vector, *material, carries=carries if carries.size else None)
 
 
 class ResumMaterial(Protocol):
@@ -100,22 +110,15 @@ def _write_material(writer: Writer, material: ResumMaterial) -> None:
     for vector in material.inputs:
         write_vector(writer, vector)
     for pairs in (material.seeds, material.mask_keys, material.signatures):
-        writer.u32(len(pairs))
-        for party, value in pairs:
-            writer.u32(party).blob(value)
+        writer.pairs(pairs)
 
 
 def _read_material(reader: Reader) -> Material:
     """The re-sum material :func:`_write_material` wrote; ProtocolError on malformed bytes."""
     inputs = tuple(read_vector(reader) for _ in range(reader.u32()))
-    seeds = _read_pairs(reader, SECRET_LIMIT)
-    mask_keys = _read_pairs(reader, SECRET_LIMIT)
-    return inputs, seeds, mask_keys, _read_pairs(reader, SIGNATURE_LIMIT)
-
-
-def _read_pairs(reader: Reader, limit: int) -> tuple[tuple[int, bytes], ...]:
-    """(party, bytes) pairs (secrets or signatures): their count, then each party and its bytes."""
-    return tuple((reader.u32(), reader.blob(limit)) for _ in range(reader.u32()))
+    seeds = reader.pairs(SECRET_LIMIT)
+    mask_keys = reader.pairs(SECRET_LIMIT)
+    return inputs, seeds, mask_keys, reader.pairs(SIGNATURE_LIMIT)
 
 
 @dataclass(frozen=True)
@@ -124,7 +127,9 @@ class AggregateTag(Wire):
 
     tags: :data:`fedfair.secagg.verify.TAG_BYTES` bytes, the :data:`fedfair.secagg.verify.CHECKS` masked tags
     (each a 256-bit integer, big-endian); signature: the sender's identity signature over
-    :func:`fedfair.secagg.verify.tag_payload`.
+    :func:`fedfair.secagg.verify.tag_payload`; values: where the round is re-checked, (peer, the CHECKS values
+    <r^c, z_peer> encoded as tags are) for each survivor the sender re-checks, in order
+    (:func:`fedfair.secagg.recheck.peer_values`), covered by the signature too; empty otherwise.
     """
 
     TYPE: ClassVar[int] = 13
@@ -134,15 +139,17 @@ class AggregateTag(Wire):
     sender: int
     tags: bytes
     signature: bytes
+    values: tuple[tuple[int, bytes], ...] = ()
 
     def write(self, writer: Writer) -> None:
         """Append this message's fields (its header excluded), in the order :meth:`read` expects."""
-        writer.u32(self.sender).blob(self.tags).blob(self.signature)
+        writer.u32(self.sender).blob(self.tags).blob(self.signature).pairs(self.values)
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> AggregateTag:
         """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
-        return cls(header, reader.u32(), reader.blob(TAGS_LIMIT), reader.blob(SIGNATURE_LIMIT))
+        sender, tags, signature = reader.u32(), reader.blob(TAGS_LIMIT), reader.blob(SIGNATURE_LIMIT)
+        return cls(header, sender, tags, signature, reader.pairs(TAGS_LIMIT))
 
 
 @dataclass(frozen=True, eq=False)

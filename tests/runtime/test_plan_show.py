@@ -26,11 +26,18 @@ def test_a_small_model_is_re_summed_by_every_site_and_a_leaver_costs_no_round(
     assert "leaves before its tag of a sum costs no round" in out, out
 
 
-def test_above_the_bound_the_tags_alone_check_and_a_leavers_round_alone_is_re_summed() -> None:
+def test_above_the_bound_sites_re_check_each_other_and_a_leavers_round_alone_is_re_summed() -> None:
+    """One soundness at every size: up to max_colluding colluders, re-summed below the bound and re-checked above."""
     largest = RESUMMED_WORDS // 10 - 1
-    assert "sums re-summed by every site" in sum_check_lines(make_config(10, dimension=largest, max_colluding=1))[0]
+    below = sum_check_lines(make_config(10, dimension=largest, max_colluding=1))[0]
+    assert "sums re-summed by every site (sound up to max_colluding = 1 colluders)" in below, below
     above = sum_check_lines(make_config(10, dimension=largest + 1, max_colluding=1))
-    assert above[0].startswith("training sums: tags alone (sound against the aggregator alone"), above
+    assert above[0].startswith(
+        "training sums: sums re-checked, each site's masked input by 2 other sites (sound up to max_colluding = 1 "
+        "colluders; a site downloads 2 masked inputs"
+    ), above
+    alone = sum_check_lines(make_config(10, dimension=largest + 1, max_colluding=0))[0]
+    assert alone.startswith("training sums: tags (sound up to max_colluding = 0 colluders: the aggregator alone)")
     assert "costs no round: that round alone is re-summed by every other site" in above[1], above
     assert f"{10 * (largest + 2):,} words, are sent with the tags" in above[1], above
 

@@ -2,7 +2,8 @@
 
 Party 5 advertises and shares, then is gone before MASK (killed, or shown a false view): it holds nothing of the
 round. From the key directory, the survivor set, the unmask request, the claim and the tag set it accepts the honest
-sum and refuses a forged one, below RESUMMED_WORDS by its own re-sum and above it by the survivors' tags.
+sum and refuses a forged one, below RESUMMED_WORDS by its own re-sum and above it by the survivors' tags and their
+re-checked values.
 """
 
 from __future__ import annotations
@@ -32,9 +33,12 @@ def past_round(max_colluding: int = 1) -> tuple[Harness, PastRound]:
     request = harness.server.unmask_request()
     harness.unmask(request)
     harness.server.finish()
+    # Above the bound each survivor tags its own claim (its re-checked peers' inputs); a bystander is kept the one
+    # every survivor was sent alike.
+    own = harness.server.claims() if harness.config.rechecked else {}
     claim = harness.server.claim()
     for party in SURVIVORS:
-        harness.server.receive_tag(harness.clients[party].tag(claim))
+        harness.server.receive_tag(harness.clients[party].tag(own.get(party, claim)))
     assert harness.directory is not None
     past = PastRound(
         KeyDirectory.from_bytes(harness.directory.to_bytes()),

@@ -22,10 +22,10 @@ from fedfair.secagg.resum import resum_decides
 from fedfair.secagg.round import small_upload
 from fedfair.secagg.masked_round import SECURE_ROUND
 from fedfair.secagg.simulate import DropOut, simulate_round
-from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
+from fedfair.secagg.verify_messages import AggregateClaim, TagSet
 from fedfair.secagg.wire import Stage
 from tests.secagg.helpers import Harness, check_result, encode_all, make_config, make_inputs
-from tests.secagg.test_resum import colluding_tags
+from tests.secagg.test_recheck import covering_tags, rechecked_round
 
 
 @pytest.fixture(autouse=True)
@@ -35,8 +35,12 @@ def above_the_bound() -> Iterator[None]:
         yield
 
 
-def fallback_round(parties: int = 4, max_colluding: int = 1) -> tuple[Harness, AggregateClaim]:
-    """A round of ``parties`` through UNMASK above the bound, and the server's honest claim (no material in it)."""
+def fallback_round(parties: int = 4, max_colluding: int = 0) -> tuple[Harness, AggregateClaim]:
+    """A round of ``parties`` through UNMASK above the bound, and the server's honest claim (no material in it).
+
+    With no colluder allowed, so that every survivor is sent this one claim (tests/secagg/test_recheck.py has the
+    re-checked rounds, where each is sent its own).
+    """
     harness = Harness(make_config(parties, modulus_bits=16, max_colluding=max_colluding), verified=True)
     harness.unmask(harness.through_consistency(list(range(1, parties + 1))))
     harness.server.finish()
@@ -154,20 +158,19 @@ def test_a_forged_sum_with_a_missing_tag_is_still_refused() -> None:
 
 
 def test_a_colluding_survivors_covering_tag_buys_nothing_once_a_tag_is_missing() -> None:
-    """The aggregator and site 2 forge the sum, site 2 covering it with its tag; site 4 leaves before tagging.
+    """The aggregator and site 2 forge the sum, site 2 covering it with its tag and values; site 4 leaves before tagging.
 
-    With every tag in, the tag check alone would accept it (tests/secagg/test_resum.py); with site 4's tag missing,
-    the tag set must carry the material, and every honest survivor's re-sum refuses the forged sum, whether the
-    colluder's masked input is shown true or moved to match.
+    A re-checked round (max_colluding = 1): with site 4's tag missing, its report is missing too, the tag set must
+    carry the material, and every honest survivor's re-sum refuses the forged sum, whether the colluder's masked
+    input is shown true or moved to match.
     """
-    harness, claim = fallback_round(max_colluding=1)
+    harness, claims = rechecked_round(4, max_colluding=1)
     honest = material(harness)
-    vector = claim.vector.copy()
+    vector = claims[1].vector.copy()
     vector[0] += 1000
-    error = vector - claim.vector
-    forged = AggregateClaim.from_bytes(replace(claim, vector=vector).to_bytes())
-    tags: list[AggregateTag] = [harness.clients[party].tag(forged) for party in (1, 3)]
-    tags += colluding_tags(harness, forged, (2,), claim.vector)
+    error = vector - claims[1].vector
+    tags = [harness.clients[party].tag(replace(claims[party], vector=vector)) for party in (1, 3)]
+    tags += covering_tags(harness, claims, vector, (2,), cover_values=True)
     tags.sort(key=lambda tag: tag.sender)
     moved = (*honest.inputs[:1], honest.inputs[1] + error, *honest.inputs[2:])
     for inputs in (honest.inputs, moved):

@@ -191,10 +191,12 @@ class SumDriver:
         outcome: SumOutcome,
         *,
         ready: StageReady | None = None,
+        kept: bytes | None = None,
     ) -> frozenset[str]:
         """Run one stage (until everyone answered, `ready` says the protocol has enough, or the deadline).
 
-        Return who uploaded to it.
+        `kept`: where each party is sent its own input, the part they are all sent alike, kept for a site that
+        missed the round (:attr:`~fedfair.secagg.round.Opening.shared`). Return who uploaded to it.
         """
         started = time.perf_counter()
         timeout = self.settings.stage_timeout
@@ -214,7 +216,7 @@ class SumDriver:
         # Kept for a site that misses a training round, once it applies (.past_rounds), where the round's kind lets
         # it check one afterwards (SecureRound.keeps_past_rounds): written while the sites work.
         if stages.start == TRAIN and stages.protocol.keeps_past_rounds:
-            self.board.past_rounds.opened(binding, inputs)
+            self.board.past_rounds.opened(binding, inputs if kept is None else kept)
         self.board.wait_stage(partial(report_progress, self.settings.secure, stages, self.board.events))
         self.gate.close()
         uploaded, received = self.board.close_stage()
@@ -366,10 +368,11 @@ class SumDriver:
             handler = SecureUpload(parse, partial(_receive, order, spec, receive)).handler(names)
         ready = hooks.ready
         size = spec.upload_bytes(config)
+        kept = None if opening.shared is None else opening.shared.to_bytes()
         uploaded = self._stage(
-            round_number, stages, stages.wire(spec), expected, inputs, handler, size, outcome, ready=ready
+            round_number, stages, stages.wire(spec), expected, inputs, handler, size, outcome, ready=ready, kept=kept
         )
-        del inputs  # a claimed sum's d + 1 words: the board's parts hold them no longer than the stage
+        del inputs, kept  # a claimed sum's d + 1 words: the board's parts hold them no longer than the stage
         refused = sorted(expected - uploaded)
         if spec.upload is None:
             outcome.verified_by = uploaded

@@ -24,8 +24,12 @@ from fedfair.secagg.resum import resum_decides
 
 
 def kept_in_files(config: SecAggConfig) -> bool:
-    """Whether a round of `config` keeps its masked inputs for a tag set only: above RESUMMED_WORDS, in files."""
-    return not config.resummed and resum_decides(config)
+    """Whether a round of `config` keeps its masked inputs above RESUMMED_WORDS (in files): for a tag set, or a re-check.
+
+    A re-checked round (:attr:`~fedfair.secagg.config.SecAggConfig.rechecked`) reads each back twice, once to find
+    the sum's carries and once to send it to the survivors that re-check it.
+    """
+    return not config.resummed and (resum_decides(config) or config.rechecked)
 
 
 def in_file(parse: Callable[[bytes], object], folder: Path | None) -> Callable[[bytes], MaskedInput]:

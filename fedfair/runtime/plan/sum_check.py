@@ -1,7 +1,8 @@
-"""Which check a plan's secure training sums get: every site re-sums them, or their tags alone check them.
+"""Which check a plan's secure training sums get: every site re-sums them, or sites re-check each other's inputs.
 
 ``fedfair plan show`` prints it for the plan's model size d and roster n. The rule is the secure-aggregation
-library's own (:attr:`~fedfair.secagg.config.SecAggConfig.resummed`, :func:`~fedfair.secagg.resum.resum_decides`),
+library's own (:attr:`~fedfair.secagg.config.SecAggConfig.resummed` and ``rechecked``,
+:func:`~fedfair.secagg.resum.resum_decides`),
 asked of the config a round of the whole roster builds; docs/security.md, "Verified aggregation", gives the
 soundness of each.
 """
@@ -32,13 +33,20 @@ def sum_check_lines(config: SecAggConfig) -> list[str]:
     words, parties = config.dimension + 1, config.size
     largest = RESUMMED_WORDS // parties - 1
     shape = f"d = {config.dimension:,} (an update's length), n = {parties} sites"
+    colluding = config.security.max_colluding
+    sound = f"sound up to max_colluding = {colluding} colluders"
     if config.resummed:
-        check = f"sums re-summed by every site (sound up to max_colluding = {config.security.max_colluding} colluders)"
+        check = f"sums re-summed by every site ({sound})"
+    elif config.rechecked:
+        check = (
+            f"sums re-checked, each site's masked input by {colluding + 1} other sites ({sound}; a site downloads "
+            f"{colluding + 1} masked inputs and the sum's carries)"
+        )
     else:
-        check = "tags alone (sound against the aggregator alone, not against a colluding site)"
+        check = f"tags ({sound}: the aggregator alone)"
     lines = [
         f"training sums: {check}; {shape}; every site re-sums up to d = {largest:,} at n = {parties} "
-        f"(n x (d + 1) <= {RESUMMED_WORDS:,} words), here {parties * words:,}"
+        f"(n x (d + 1) <= {RESUMMED_WORDS:,} words), here {parties * words:,}, and above that re-checks"
     ]
     if resum_decides(config) and config.resummed:
         lines.append("a site that leaves before its tag of a sum costs no round: every other site's re-sum decides")

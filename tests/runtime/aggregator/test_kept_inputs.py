@@ -19,6 +19,8 @@ def test_every_input_kept_for_a_tag_set_alone_goes_to_a_file(monkeypatch: pytest
     monkeypatch.setattr(config_module, "RESUMMED_WORDS", 0)
     assert kept_in_files(config)  # above it, however small: the aggregator never holds n (d + 1) words
     assert not kept_in_files(make_config(6, modulus_bits=16, dimension=999, neighbours=3, threshold=3))  # none kept
+    # ... unless sites re-check each other's inputs (the plan allows a colluder): every graph keeps them.
+    assert kept_in_files(make_config(6, modulus_bits=16, dimension=999, neighbours=3, threshold=4, max_colluding=1))
 
 
 def test_a_missing_tag_is_re_summed_from_inputs_kept_in_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -36,9 +38,10 @@ def test_a_missing_tag_is_re_summed_from_inputs_kept_in_files(tmp_path: Path, mo
     harness.sign(harness.server.survivor_set())
     harness.unmask(harness.server.unmask_request())
     harness.server.finish()
-    claim = harness.server.claim()
+    claims = harness.server.claims()  # re-checked (max_colluding = 1): each claim holds its peers' inputs, mapped
+    assert all(isinstance(vector, np.memmap) for claim in claims.values() for vector in claim.inputs)
     for party in (1, 2, 3):
-        harness.server.receive_tag(harness.clients[party].tag(claim))
+        harness.server.receive_tag(harness.clients[party].tag(claims[party]))
     tag_set = harness.server.tag_set()
     assert len(tag_set.inputs) == 4 and all(isinstance(vector, np.memmap) for vector in tag_set.inputs)
     expected = sum((harness.encoded[party] for party in range(1, 5)), np.zeros_like(harness.encoded[1]))

@@ -107,7 +107,9 @@ def masked_round_inputs(above_the_bound: bool, untagged: int) -> tuple[list[byte
     with pytest.MonkeyPatch.context() as patch:
         if above_the_bound:
             patch.setattr(config_module, "RESUMMED_WORDS", 0)
-        harness = Harness(make_config(PARTIES, dimension=DIMENSION, max_colluding=1), verified=True)
+        # No colluder allowed: one claim for every survivor, the one kept (a re-checked round's claims are each
+        # survivor's own, and none is kept).
+        harness = Harness(make_config(PARTIES, dimension=DIMENSION, max_colluding=0), verified=True)
         everyone = list(range(1, PARTIES + 1))
         survivor_set = harness.through_masking(everyone)
         harness.sign(survivor_set)

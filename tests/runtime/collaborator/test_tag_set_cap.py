@@ -83,9 +83,10 @@ def test_a_large_tag_set_is_read_into_an_unlinked_file_and_re_summed_from_its_ma
     harness = Harness(make_config(4, modulus_bits=16, max_colluding=1), verified=True)
     harness.unmask(harness.through_consistency([1, 2, 3, 4]))
     harness.server.finish()
-    claim = harness.server.claim()
+    claims = harness.server.claims()  # re-checked (max_colluding = 1): each site's own claim
+    claim = claims[1]
     for party in (1, 2, 3):
-        harness.server.receive_tag(harness.clients[party].tag(claim))
+        harness.server.receive_tag(harness.clients[party].tag(claims[party]))
     payload = harness.server.tag_set().to_bytes()
     fetched = task(WIRE["STAGE_VERIFY_TAGS"])
     fetched.input_size = len(payload)

@@ -1,0 +1,72 @@
+"""Above the re-sum bound, where the plan allows a colluder, the sites re-check each other's masked inputs (issue 97).
+
+Real processes over loopback mutual TLS, every one run with RESUMMED_WORDS patched down to 0 words (the test-only
+launchers tests/runtime/colluding_aggregator.py and test_voided_rounds's :data:`ABOVE_THE_BOUND`; a model of 1.4
+million parameters at n = 3 would be the real thing). Three sites, ``max_colluding = 1``: each site is sent the
+masked inputs of the two others with its claim and reports their re-checked values in its tag. An honest aggregator
+applies every round and every site keeps its bundle; an aggregator that forges round 2's sum, with site-c's tag and
+reported value moved to cover it (the tags alone would accept it: tests/secagg/test_resum.py), is refused by every
+site naming round 2 and FORGED.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedfair.runtime.aggregator.checkpoint import read_round_log
+from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
+from fedfair.runtime.local.processes import Child, child_environment, collaborator_command
+from fedfair.runtime.local.workspace import Workspace
+from tests.runtime.harness import Processes, new_workspace
+from tests.runtime.test_verified_sums import refusals
+from tests.runtime.test_voided_rounds import start_above_the_bound
+
+NAMES = ("site-a", "site-b", "site-c")
+ROUNDS = 3
+FORGED_ROUND = 2
+COLLUDING = Path(__file__).with_name("colluding_aggregator.py")
+
+
+def rechecked_federation(tmp_path: Path, processes: Processes, forged_round: int) -> tuple[Workspace, dict[str, Child]]:
+    """Three sites allowing one colluder, every sum above the bound, and the aggregator forging `forged_round` (0: none)."""
+    workspace = new_workspace(
+        tmp_path,
+        NAMES,
+        training={"rounds": ROUNDS, "server_momentum": 0.0, "local_steps": 1},
+        quorum={"min_collaborators": 3},
+        secure_aggregation={"enabled": True, "max_colluding": 1},
+    )
+    colluder_key = workspace.certs / "site-c.key"
+    assert colluder_key.is_file()
+    command = [sys.executable, str(COLLUDING), str(workspace.plan), str(forged_round), str(colluder_key)]
+    aggregator = Child("aggregator", command, env=child_environment(), sink=processes.log, watch="listening on port")
+    processes.children.append(aggregator)
+    assert aggregator.seen.wait(120) and aggregator.process.poll() is None, processes.tail()
+    sites = {name: start_above_the_bound(processes, name, collaborator_command(workspace, name)) for name in NAMES}
+    return workspace, sites
+
+
+@pytest.mark.slow
+def test_an_honest_federation_above_the_bound_applies_every_round(tmp_path: Path, processes: Processes) -> None:
+    workspace, sites = rechecked_federation(tmp_path, processes, 0)
+    for name, site in sites.items():
+        assert site.wait(240) == 0, processes.tail()
+        record = OutcomeRecord(next(workspace.configs[name].parent.glob(f"{name}.*.{OUTCOME_SUFFIX}")), 0)
+        assert record.refusal is None and record.contributed == ROUNDS, (name, record.refusal, record.contributed)
+        assert list(workspace.configs[name].parent.glob(f"{name}.*.model_bundle.pt")), name
+    statuses = [(record["round"], record["status"]) for record in read_round_log(workspace.output)]
+    assert statuses == [(n, "applied") for n in range(1, ROUNDS + 1)], statuses
+
+
+@pytest.mark.slow
+def test_a_sum_forged_with_a_colluding_site_is_refused_by_every_site(tmp_path: Path, processes: Processes) -> None:
+    """site-c's covering tag and value pass the tag check alone; the re-check finds its report of site-a false."""
+    workspace, sites = rechecked_federation(tmp_path, processes, FORGED_ROUND)
+    found = refusals(workspace, sites, "FORGED")
+    # Each counts round 1 and the forged round, whose sum holds its masked input.
+    assert all(contributed == FORGED_ROUND for _refusal, contributed in found), found
+    log = read_round_log(workspace.output)
+    assert [record["status"] for record in log][: FORGED_ROUND - 1] == ["applied"] * (FORGED_ROUND - 1), log
