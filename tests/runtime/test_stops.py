@@ -69,7 +69,7 @@ def test_a_stop_dropped_inside_a_call_still_ends_the_wait_for_a_first_answer(tmp
     config = load_collaborator_config(workspace.configs["site-a"])
     stop = threading.Event()
     target = Target(config.aggregator, config.certificates, config.aggregator_name)
-    backoff = Backoff(config.retry, config.name, stop, target, config.name)
+    backoff = Backoff(config.retry, config.name, stop, target, config.name, role="collaborator")
     dropped: list[Stopped] = []
 
     def fetch_plan() -> object:
