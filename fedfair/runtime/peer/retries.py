@@ -131,7 +131,7 @@ def retry_policy(source: str, data: Mapping[str, object]) -> RetryPolicy:
 
 @dataclass(frozen=True)
 class Target:
-    """The aggregator as a party (a collaborator, the auditor) dials it: the address, its own TLS files, the expected name."""
+    """The aggregator as a party dials it: the address, the party's own TLS files, the expected name."""
 
     address: str
     files: TlsFiles
