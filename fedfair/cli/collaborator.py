@@ -29,7 +29,8 @@ def _start_command(args: argparse.Namespace) -> int:
     collaborator = Collaborator(config, reset_state=args.reset_state, started=process_started())
     monitor = start_site_monitoring(config)  # its own privacy metrics, when its config has [monitoring]
     try:
-        with stop_on_signals():
+        # collaborator.stop also ends its waits where a library dropped the interrupt (stop_on_signals).
+        with stop_on_signals(on_stop=collaborator.stop):
             status = collaborator.run()
         if monitor is not None:
             monitor.final_scrape()

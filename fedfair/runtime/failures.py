@@ -58,9 +58,9 @@ CONNECTION_LOST = FailureClass(
 NEVER_ANSWERED = FailureClass(
     "aggregator-never-answered",
     False,
-    "nothing answered at {address} for {seconds:.0f} s since this collaborator started (last failure: {reason})",
-    "check that the aggregator is started and that [collaborator] aggregator names its host and port, then "
-    "start this collaborator again; raise [retry] start_wait_seconds to wait longer for an aggregator that "
+    "nothing answered at {address} for {seconds:.0f} s since this {role} started (last failure: {reason})",
+    "check that the aggregator is started and that [{role}] aggregator names its host and port, then "
+    "start this {role} again; raise [retry] start_wait_seconds to wait longer for an aggregator that "
     "starts late",
 )
 

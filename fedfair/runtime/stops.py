@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -43,7 +43,7 @@ FORWARD_PAUSE_SECONDS = 0.5
 
 
 @contextmanager
-def stop_on_signals() -> Iterator[None]:
+def stop_on_signals(on_stop: Callable[[], None] | None = None) -> Iterator[None]:
     """Turn SIGTERM and SIGINT into :class:`Stopped` in the main thread while the block runs.
 
     So a party stops its work and closes up instead of dying on the spot or going on. SIGINT is set
@@ -56,15 +56,25 @@ def stop_on_signals() -> Iterator[None]:
     forwarder thread, woken through the signal wakeup fd, sends it on to the main thread, whose wait it
     interrupts. The first stop raises; a repeat (the forwarded copy, or a second Ctrl-C while it closes up) is
     ignored, so the closing up is not cut short.
+
+    The stop is kept as well as raised, since the handler raises wherever the main thread is: inside a library
+    that catches the interrupt in one of its calls and ends the call with an error of its own (a gRPC call, a
+    TLS dial), or drops it (an exception raised in a ``__del__`` is ignored). So a block that ends in any
+    other exception once a stop arrived raises the stop instead (from that error), and `on_stop` (a party's
+    ``stop``, which ends its waits), called from the forwarder once at the first stop, ends a block that would
+    otherwise go on waiting after its interrupt was dropped.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     stopping = threading.Event()
+    received: list[int] = []
+    """The first stop's signal, kept by whichever of the handler and the forwarder sees it first."""
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         if stopping.is_set():
             return
+        received.append(signum)
         stopping.set()
         raise Stopped(signum)
 
@@ -74,10 +84,19 @@ def stop_on_signals() -> Iterator[None]:
     os.set_blocking(wake, False)
 
     def forward() -> None:
+        asked = False
         while data := os.read(woken, 64):
-            if not stopping.is_set() and any(signum in (signal.SIGINT, signal.SIGTERM) for signum in data):
-                signal.pthread_kill(main, signal.SIGTERM if signal.SIGTERM in data else signal.SIGINT)
-                stopping.wait(FORWARD_PAUSE_SECONDS)
+            if not any(signum in (signal.SIGINT, signal.SIGTERM) for signum in data):
+                continue
+            signum = signal.SIGTERM if signal.SIGTERM in data else signal.SIGINT
+            if not received:
+                received.append(signum)
+            if not stopping.is_set():
+                signal.pthread_kill(main, signum)
+            if on_stop is not None and not asked:
+                asked = True
+                on_stop()
+            stopping.wait(FORWARD_PAUSE_SECONDS)
 
     previous = {stop: signal.signal(stop, interrupt) for stop in (signal.SIGTERM, signal.SIGINT)}
     previous_fd = signal.set_wakeup_fd(wake, warn_on_full_buffer=False)
@@ -85,6 +104,10 @@ def stop_on_signals() -> Iterator[None]:
     forwarder.start()
     try:
         yield
+    except Exception as error:
+        if received:
+            raise Stopped(received[0]) from error
+        raise
     finally:
         signal.set_wakeup_fd(previous_fd)
         for stop, handler in previous.items():

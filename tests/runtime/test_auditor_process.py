@@ -351,6 +351,26 @@ def test_the_auditors_first_answer_wait_counts_from_its_command_as_a_sites(feder
     assert waited is not None and 30 <= int(waited[1]) < 40, message
 
 
+def test_the_auditors_wait_for_a_first_answer_names_the_auditor_and_its_section(
+    federation: Path,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The shared peer's lines and its never-answered failure name the party that runs them and its file's section:
+    an auditor's say [auditor] and log as fedfair.auditor, where they said [collaborator] and "this collaborator"."""
+    config = auditor_config(federation, "127.0.0.1:9")  # answers nothing
+    policy = RetryPolicy(start_wait_seconds=0.5, base_seconds=0.05, cap_seconds=0.2)
+    with caplog.at_level(logging.INFO), pytest.raises(PermanentFailureError) as caught:
+        AuditorProcess(config, retry=policy).run()
+    message = str(caught.value)
+    assert "since this auditor started" in message and "that [auditor] aggregator names its host and port" in message
+    assert "start this auditor again" in message and "collaborator" not in message, message
+    waiting = [record for record in caplog.records if "no answer yet from the aggregator" in record.getMessage()]
+    assert waiting and {record.name for record in waiting} == {"fedfair.auditor"}
+    assert all("[auditor] aggregator names its host and port" in record.getMessage() for record in waiting)
+    said = [record for record in caplog.records if record.name.startswith("fedfair.")]
+    assert said and not [record for record in said if record.name == "fedfair.collaborator"]
+
+
 def test_the_auditor_command_counts_the_wait_from_the_process_start(
     federation: Path,  # noqa: F811
     capsys: pytest.CaptureFixture[str],

@@ -473,5 +473,5 @@ def test_grpc_codes_are_explained(tmp_path: Path) -> None:
         def details(self) -> str:
             return "details"
 
-    assert "allow-list" in str(refusal(Error(grpc.StatusCode.PERMISSION_DENIED), "x"))
-    assert "unreachable" in str(refusal(Error(grpc.StatusCode.UNAVAILABLE), "x"))
+    assert "allow-list" in str(refusal(Error(grpc.StatusCode.PERMISSION_DENIED), "x", role="collaborator"))
+    assert "unreachable" in str(refusal(Error(grpc.StatusCode.UNAVAILABLE), "x", role="collaborator"))

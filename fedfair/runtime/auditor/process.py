@@ -58,7 +58,7 @@ class AuditorProcess:
         check_kept_state(config.folder)
         stop = threading.Event()
         target = Target(config.aggregator, config.certificates, config.aggregator_name)
-        self.backoff = Backoff(retry or config.retry, config.name, stop, target, config.name)
+        self.backoff = Backoff(retry or config.retry, config.name, stop, target, config.name, role=ROLE)
         self.backoff.started = started
         self.connection = Connection(config, self.backoff, stop, self, role=ROLE)
         self.uplink = Uplink()

@@ -130,7 +130,9 @@ class Collaborator(TaskStream):
             open_record(config, config.federation, ledger, reset=reset_state)
         stop = threading.Event()
         target = Target(config.aggregator, config.certificates, config.aggregator_name)
-        backoff = Backoff(retry or config.retry, config.name, stop, target, self.identity.certified)
+        backoff = Backoff(
+            retry or config.retry, config.name, stop, target, self.identity.certified, role="collaborator"
+        )
         backoff.started = started
         super().__init__(Connection(config, backoff, stop, self))  # the connection follows the stream for this
         self._uplink = Uplink()

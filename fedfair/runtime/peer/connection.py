@@ -44,8 +44,6 @@ from fedfair.runtime.transport import (
     secure_channel,
 )
 
-logger = logging.getLogger("fedfair.collaborator")
-
 LINE_BURST = 10
 """Lines of one kind (refusals, malformed messages, failed stages, withdrawals) written at once."""
 
@@ -187,10 +185,12 @@ class Connection(Generic[Settings]):
     ) -> None:
         """Nothing is dialled until :meth:`run`; `stop` is the event :meth:`stop` sets (the back-off waits on it).
 
-        `role` is the one the certificate of `config` is issued for (a collaborator's, or "auditor").
+        `role` is the one the certificate of `config` is issued for (a collaborator's, or "auditor"); its lines log
+        as ``fedfair.<role>``.
         """
         self.config = config
         self.role = role
+        self.logger = logging.getLogger(f"fedfair.{role}")
         self.backoff = backoff
         self.follower = follower
         self._stop = stop
@@ -228,7 +228,7 @@ class Connection(Generic[Settings]):
         what the process waits for and that Ctrl-C ends the wait.
         """
         started, wait = self.backoff.started, self.backoff.policy.start_wait_seconds
-        logger.info(
+        self.logger.info(
             "%s: connecting to the aggregator at %s; waiting up to %.0f s for it to answer (Ctrl-C stops)",
             self.config.name,
             self.config.aggregator,
@@ -277,7 +277,9 @@ class Connection(Generic[Settings]):
                 return self._follow_watched()
         finally:
             for kind, count in sorted(self._lines.drain().items()):
-                logger.warning("%s: %d more %s since the last such line were not logged", self.config.name, count, kind)
+                self.logger.warning(
+                    "%s: %d more %s since the last such line were not logged", self.config.name, count, kind
+                )
 
     def _follow_watched(self) -> int:
         """:meth:`_follow`'s loop.
@@ -382,4 +384,4 @@ class Connection(Generic[Settings]):
         if unlogged is None:
             return
         note = f" ({unlogged} more {kind} since the last such line were not logged)" if unlogged else ""
-        logger.warning(message + "%s", *args, note)
+        self.logger.warning(message + "%s", *args, note)

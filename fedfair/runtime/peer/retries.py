@@ -52,8 +52,6 @@ from fedfair.runtime.observe.logs import LOG_FILE_ONLY
 from fedfair.runtime.transport import TlsFiles
 from fedfair.runtime.transport.security import REVOKED
 
-logger = logging.getLogger("fedfair.collaborator")
-
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.DEADLINE_EXCEEDED)
 """Codes that may be transient: the aggregator is down or slow, or still holds this collaborator's
 previous stream (it allows two per name) until it notices the old connection is gone.
@@ -133,7 +131,7 @@ def retry_policy(source: str, data: Mapping[str, object]) -> RetryPolicy:
 
 @dataclass(frozen=True)
 class Target:
-    """The aggregator as this collaborator dials it: the address, its own TLS files, the expected name."""
+    """The aggregator as a party dials it: the address, the party's own TLS files, the expected name."""
 
     address: str
     files: TlsFiles
@@ -254,7 +252,7 @@ def not_permitted(error: grpc.RpcError, name: str) -> PermanentFailureError:
 
 
 def certificate_expired(files: TlsFiles) -> PermanentFailureError | None:
-    """CERTIFICATE_EXPIRED naming this collaborator's certificate once its notAfter has passed; else None."""
+    """CERTIFICATE_EXPIRED naming this party's certificate once its notAfter has passed; else None."""
     try:
         not_after = x509.load_pem_x509_certificate(files.cert.read_bytes()).not_valid_after_utc
     except (OSError, ValueError):
@@ -264,8 +262,8 @@ def certificate_expired(files: TlsFiles) -> PermanentFailureError | None:
     return PermanentFailureError(CERTIFICATE_EXPIRED, cert=files.cert, expired=f"{not_after:%Y-%m-%d %H:%M:%S}")
 
 
-def classify(error: grpc.RpcError, what: str, target: Target, certified_name: str) -> FailureError:
-    """The failure class of a failed RPC; permanent ones as :class:`PermanentFailureError`.
+def classify(error: grpc.RpcError, what: str, target: Target, certified_name: str, role: str) -> FailureError:
+    """The failure class of an RPC a party of `role` made; permanent ones as :class:`PermanentFailureError`.
 
     An UNAVAILABLE is diagnosed by :func:`probe`: it is a failed handshake as often as a down aggregator.
     """
@@ -286,13 +284,14 @@ def classify(error: grpc.RpcError, what: str, target: Target, certified_name: st
         if diagnosed is not None:
             return diagnosed
         return FailureError(CONNECTION_LOST, address=target.address, reason=f"unavailable while {what}")
-    return refusal(error, what, target.address)
+    return refusal(error, what, target.address, role=role)
 
 
 class Backoff:
     """One party's retries: classify each failure, stop on a permanent one, wait out the others.
 
-    `stop` (set from another thread) cuts a wait short.
+    `stop` (set from another thread) cuts a wait short. `role` is the party's ("collaborator", "auditor"): its lines
+    log as ``fedfair.<role>`` and name it and its config file's section ([collaborator], [auditor]).
     """
 
     def __init__(
@@ -302,15 +301,19 @@ class Backoff:
         stop: threading.Event,
         target: Target,
         certified_name: str,
+        *,
+        role: str,
     ) -> None:
         self.policy = policy
+        self.role = role
+        self.logger = logging.getLogger(f"fedfair.{role}")
         self.name = name
         self.stop = stop
         self.target = target
         self.certified_name = certified_name
         self.random = random.Random()
         self.reached = False
-        """Whether the aggregator has answered this collaborator once (it is then waited for as a lost one)."""
+        """Whether the aggregator has answered this party once (it is then waited for as a lost one)."""
         self.pause: Callable[[float], bool] = stop.wait
         """How every retry waits out its delay: `stop.wait`, which a stop cuts short. One place, so the delays
         chosen can be read (by wrapping it) without timing the waits."""
@@ -322,7 +325,7 @@ class Backoff:
 
     def classify(self, error: grpc.RpcError, what: str) -> FailureError:
         """`error` as a failure class; raises at once when it is permanent."""
-        failure = classify(error, what, self.target, self.certified_name)
+        failure = classify(error, what, self.target, self.certified_name, self.role)
         if not failure.failure.transient:
             raise failure
         return failure
@@ -364,20 +367,25 @@ class Backoff:
         policy = self.policy
         if elapsed >= policy.start_wait_seconds or (policy.attempts is not None and attempt >= policy.attempts):
             raise PermanentFailureError(
-                NEVER_ANSWERED, address=self.target.address, seconds=elapsed, reason=str(failure).split(". Fix: ")[0]
+                NEVER_ANSWERED,
+                address=self.target.address,
+                seconds=elapsed,
+                reason=str(failure).split(". Fix: ")[0],
+                role=self.role,
             )
         delay = self.random.uniform(0.5, 1.0) * min(START_POLL_SECONDS, policy.delay_bound(attempt))
         if attempt == 0 or elapsed >= self._next_start_line:
             # On the console too: a wrong port is otherwise silent until the wait's end.
             self._next_start_line = elapsed + START_LOG_SECONDS
-            logger.info(
+            self.logger.info(
                 "%s: no answer yet from the aggregator at %s after %.0f s (%s); trying every second, %.0f s in all "
-                "(then it stops: check the aggregator runs and [collaborator] aggregator names its host and port)",
+                "(then it stops: check the aggregator runs and [%s] aggregator names its host and port)",
                 self.name,
                 self.target.address,
                 elapsed,
                 str(failure).split(". Fix: ")[0],
                 policy.start_wait_seconds,
+                self.role,
             )
         self.pause(delay)
 
@@ -390,7 +398,7 @@ class Backoff:
         """
         delay = self.policy.delay(attempt, self.random)
         level, extra = (logging.INFO, LOG_FILE_ONLY if attempt else None) if quiet else (logging.WARNING, None)
-        logger.log(level, "%s: %s; retry %d in %.1f s", self.name, why, attempt + 1, delay, extra=extra)
+        self.logger.log(level, "%s: %s; retry %d in %.1f s", self.name, why, attempt + 1, delay, extra=extra)
         self.pause(delay)
 
     def call(self, what: str, call: Callable[[], _T], refuse: Callable[[_T], FailureError | None] | None = None) -> _T:
@@ -432,11 +440,11 @@ def process_started() -> float:
     return now - max(age, 0.0)
 
 
-def refusal(error: grpc.RpcError, what: str, address: str = "its address") -> FailureError:
-    """A gRPC failure as its class from its status code alone (no diagnostic dial)."""
+def refusal(error: grpc.RpcError, what: str, address: str = "its address", *, role: str) -> FailureError:
+    """A gRPC failure of a party of `role` as its class from its status code alone (no diagnostic dial)."""
     code = error.code()
     if code == grpc.StatusCode.PERMISSION_DENIED:
-        return not_permitted(error, "this collaborator")
+        return not_permitted(error, f"this {role}")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return FailureError(AGGREGATOR_BUSY, address=address)
     if code == grpc.StatusCode.ALREADY_EXISTS:  # another process holds this institution's identity

@@ -259,7 +259,7 @@ def test_an_aggregator_that_is_starting_costs_the_console_one_line(tmp_path: Pat
     stop = threading.Event()
     stop.set()  # no delay is waited out
     target = Target("127.0.0.1:1", TlsFiles(tmp_path / "ca", tmp_path / "crt", tmp_path / "key"), None)
-    backoff = Backoff(QUICK, "site-a", stop, target, "site-a")
+    backoff = Backoff(QUICK, "site-a", stop, target, "site-a", role="collaborator")
     try:
         for attempt in range(4):
             backoff.wait(attempt, "aggregator-unreachable: not up yet", quiet=True)

@@ -159,7 +159,7 @@ def test_retry_lines_are_info_while_the_aggregator_may_be_starting_then_warnings
 ) -> None:
     target = Target("127.0.0.1:1", TlsFiles.in_folder(tmp_path, "site-a"), "aggregator")
     policy = RetryPolicy(base_seconds=0.001, cap_seconds=0.001)
-    backoff = Backoff(policy, "site-a", threading.Event(), target, "site-a")
+    backoff = Backoff(policy, "site-a", threading.Event(), target, "site-a", role="collaborator")
     backoff.reached = True  # an outage after the aggregator answered once (before it, see test_retries.py)
     down = FailureError(AGGREGATOR_UNREACHABLE, address=target.address, reason="connection refused")
     changed = plan_changed("collaborator", "x", "y")
