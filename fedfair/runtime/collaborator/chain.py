@@ -250,11 +250,6 @@ class ModelChain:
         anchor, round_number = self._anchor, logged.round
         assert anchor is not None  # _checks found it
         state, shared = anchor.state, self._shared
-        if state.in_file:
-            # Before this site's passes over the sum and its state, the round's freed buffers go back to the system:
-            # at this size they are worth the faults of taking them again (fedfair.runtime.memory), and every site
-            # verifies at once, the federation's peak where they stayed.
-            release_freed()
         breach = encoding_breach(decoded, clip) or influence_breach(
             decoded, logged.weight, shared.influence.update_norm, state.dimension, sorted(logged.survivors)
         )
@@ -281,6 +276,11 @@ class ModelChain:
         Raises:
             AggregateError: the step refuses the sum (the round is void).
         """
+        if state.in_file:
+            # Before this site's pass over its state, the round's freed buffers go back to the system: at this
+            # size they are worth the faults of taking them again (fedfair.runtime.memory). Called before the
+            # bounds' passes over the sum instead, a call took 0.49 CPU-s, not 0.33-0.35, at d = 10^7 (round_compare).
+            release_freed()
         algorithm, average_from = self._shared.algorithm(), self._shared.training.average_from_round
 
         def server_step(piece: ServerState, aggregate: Aggregate, consume: bool) -> ServerState:
