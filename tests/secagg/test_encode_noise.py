@@ -40,6 +40,18 @@ def summed(encoder: Encoder, vectors: list[np.ndarray], weights: list[float]) ->
 
 
 @pytest.mark.parametrize("rotate", [True, False])
+def test_a_configuration_read_back_from_its_json_decodes_a_sum_bit_for_bit(rotate: bool) -> None:
+    """What a site's model chain logs beside each verified sum, to decode it again after a restart."""
+    encoder = noised_encoder(300, 2.0e6, 3, rotate=rotate)
+    again = Encoder(EncodingConfig.of_document(json.loads(json.dumps(encoder.config.to_document()))), 3)
+    assert again.config == encoder.config
+    rng = np.random.default_rng(3)
+    words = summed(encoder, [rng.uniform(-1.0, 1.0, 300) for _ in range(3)], [1.0, 2.0, 3.0])
+    first, second = encoder.decode(words, 3), again.decode(words, 3)
+    assert first.weighted_sum.tobytes() == second.weighted_sum.tobytes() and first.total_weight == second.total_weight
+
+
+@pytest.mark.parametrize("rotate", [True, False])
 def test_decoded_sum_is_the_true_sum_plus_noise_of_the_calibrated_variance(rotate: bool) -> None:
     dimension, parties, mu = 3000, 4, 2.0e6
     encoder = noised_encoder(dimension, mu, parties, rotate=rotate)
@@ -186,15 +198,3 @@ def test_the_rotated_wrap_bound_holds_and_is_far_below_the_unrotated_one() -> No
         wraps += bool(np.any(np.abs(total) >= 2**7))
     # One-sided: the measured rate may exceed the bound only by sampling error.
     assert wraps / trials <= bound + Z * math.sqrt(bound * (1 - bound) / trials)
-
-
-@pytest.mark.parametrize("rotate", [True, False])
-def test_a_configuration_read_back_from_its_json_decodes_a_sum_bit_for_bit(rotate: bool) -> None:
-    """What a site's model chain logs beside each verified sum, to decode it again after a restart."""
-    encoder = noised_encoder(300, 2.0e6, 3, rotate=rotate)
-    again = Encoder(EncodingConfig.of_document(json.loads(json.dumps(encoder.config.to_document()))), 3)
-    assert again.config == encoder.config
-    rng = np.random.default_rng(3)
-    words = summed(encoder, [rng.uniform(-1.0, 1.0, 300) for _ in range(3)], [1.0, 2.0, 3.0])
-    first, second = encoder.decode(words, 3), again.decode(words, 3)
-    assert first.weighted_sum.tobytes() == second.weighted_sum.tobytes() and first.total_weight == second.total_weight
