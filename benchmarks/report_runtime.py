@@ -554,7 +554,8 @@ def round_compare(name: str, document: Mapping[str, Any]) -> Section:
         "(`Client.advertise` to `Client.verify`); `chain: model sent` is the site checking the model it is sent "
         "against its chain, `chain: sum verified` the site taking the verified sum: decoding it, holding it to the "
         "plan's bounds, the server step, and the anchor kept on disk before its verdict leaves (`chain: anchor "
-        "kept`, part of it: the one new state written and synced, and the anchor naming it):",
+        "kept`, part of it: the round's verified sum logged and synced, and the anchor naming it; one round in 8 "
+        "writes a state whole instead, which a run's measured rounds do not: its warm-up round writes round 1's):",
         "",
     ]
     culprits = [line for row in results for line in ("", largest_extra(row))]

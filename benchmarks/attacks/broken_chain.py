@@ -35,7 +35,7 @@ from attacks.federation import plan_sections
 from attacks.target_site import THREE
 from attacks.rows import PATCHED_AGGREGATOR, RowBook
 from fedfair.runtime.aggregator.loop import RoundLoop
-from fedfair.runtime.collaborator.chain_record import CHAIN_SUFFIX, read_anchor
+from fedfair.runtime.collaborator.chain_record import CHAIN_SUFFIX, read_verdict
 from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
 from fedfair.runtime.local.processes import Child, child_environment, collaborator_command
 from fedfair.runtime.local.workspace import Workspace, make_workspace
@@ -72,7 +72,7 @@ class Federation:
         folder = self.workspace.configs[name].parent
         found = list(folder.glob(f"{name}.*.{CHAIN_SUFFIX}"))
         try:
-            return bool(found) and read_anchor(found[0], None).round >= round_number
+            return bool(found) and read_verdict(found[0]).round >= round_number
         except (OSError, ValueError):
             return False  # being replaced at this instant
 

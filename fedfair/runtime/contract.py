@@ -16,7 +16,7 @@ import json
 import struct
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 from cryptography import x509
@@ -31,7 +31,6 @@ from fedfair.runtime.plan.influence import InfluenceSettings
 from fedfair.runtime.transport import EVALUATE, TRAIN, WireStage, encode_tensor, pb
 from fedfair.runtime.transport.chunks import PlainValues
 from fedfair.secagg import EncodingConfig, SecAggConfig, SecurityParameters
-from fedfair.secagg.noise import NoiseConfig
 from fedfair.secagg import kinds as kinds  # registers the built-in round kinds, which a plan names
 from fedfair.secagg.round import AnyStage, RoundSetup, SecureRound, VERDICT, default_round_kind, round_kind
 
@@ -309,9 +308,7 @@ class RoundParameters:
         """Canonical JSON (sorted keys, no spaces; a noise rotation key in hex), as :meth:`from_bytes` reads."""
         document = asdict(self)
         document.update(document.pop("security"))  # threshold, neighbours, max_colluding: the keys peers read
-        noise = document["encoding"]["noise"]
-        if noise is not None and noise["rotation_key"] is not None:
-            noise["rotation_key"] = noise["rotation_key"].hex()
+        document["encoding"] = self.encoding.to_document()
         return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
@@ -330,7 +327,7 @@ class RoundParameters:
                 secure=bool(document["secure"]),
                 parties=tuple(str(name) for name in document["parties"]),
                 dimension=int(document["dimension"]),
-                encoding=_encoding(document["encoding"]),
+                encoding=EncodingConfig.of_document(document["encoding"]),
                 security=SecurityParameters(
                     max_colluding=int(document["max_colluding"]),
                     threshold=None if document["threshold"] is None else int(document["threshold"]),
@@ -430,12 +427,3 @@ def round_setup(
         noise_mu=noise_mu,
         noise_secret=noise_secret,
     )
-
-
-def _encoding(document: dict[str, Any]) -> EncodingConfig:
-    """An EncodingConfig as :meth:`RoundParameters.to_bytes` wrote it (the noise's rotation key in hex)."""
-    noise = document.pop("noise", None)
-    if noise is not None:
-        key = noise.pop("rotation_key", None)
-        noise = NoiseConfig(**noise, rotation_key=None if key is None else bytes.fromhex(str(key)))
-    return EncodingConfig(**document, noise=noise)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -79,6 +80,25 @@ class EncodingConfig:
     def __post_init__(self) -> None:
         # A tuple whatever came in (a JSON round trip gives a list), so that equal configurations compare equal.
         object.__setattr__(self, "weights", tuple(float(weight) for weight in self.weights))
+
+    def to_document(self) -> dict[str, Any]:
+        """This configuration as JSON values (a noise rotation key in hex), as :meth:`of_document` reads it."""
+        document = asdict(self)
+        noise = document["noise"]
+        if noise is not None and noise["rotation_key"] is not None:
+            noise["rotation_key"] = noise["rotation_key"].hex()
+        return document
+
+    @classmethod
+    def of_document(cls, document: dict[str, Any]) -> EncodingConfig:
+        """The configuration :meth:`to_document` wrote (KeyError, TypeError, ValueError: not one it wrote)."""
+        document = dict(document)
+        noise = document.pop("noise", None)
+        if noise is not None:
+            noise = dict(noise)
+            key = noise.pop("rotation_key", None)
+            noise = NoiseConfig(**noise, rotation_key=None if key is None else bytes.fromhex(str(key)))
+        return cls(**document, noise=noise)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from fedfair.runtime.aggregator.checkpoint import read_round_log
-from fedfair.runtime.collaborator.chain_record import CHAIN_SUFFIX, read_anchor
+from fedfair.runtime.collaborator.chain_record import CHAIN_SUFFIX, read_verdict
 from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
 from fedfair.runtime.collaborator.kinds.bounded import LIAR_VARIABLE
 from fedfair.runtime.local.forkserver import DISABLE
@@ -134,8 +134,8 @@ def checked_every_round(workspace: Workspace, name: str, log: list[dict[str, obj
         kept = folder / f"{name}.{federation}.round-{record['round']}.verdict_record"
         assert kept.exists(), (name, sorted(path.name for path in folder.iterdir()))
         assert hashlib.sha256(kept.read_bytes()).hexdigest() == record["verdict_record_sha256"], (name, record)
-    anchor = read_anchor(folder / f"{name}.{federation}.{CHAIN_SUFFIX}", folder)
-    assert anchor.round == ROUNDS and anchor.verified and anchor.next is not None and not anchor.void, name
+    anchor = read_verdict(folder / f"{name}.{federation}.{CHAIN_SUFFIX}")
+    assert anchor.round == ROUNDS and anchor.verified and anchor.stepped and not anchor.void, name
 
 
 @pytest.mark.slow

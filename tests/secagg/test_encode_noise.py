@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import warnings
@@ -34,6 +35,18 @@ def summed(encoder: Encoder, vectors: list[np.ndarray], weights: list[float]) ->
     for vector, weight in zip(vectors, weights, strict=True):
         total += encoder.encode(vector, weight)
     return total
+
+
+@pytest.mark.parametrize("rotate", [True, False])
+def test_a_configuration_read_back_from_its_json_decodes_a_sum_bit_for_bit(rotate: bool) -> None:
+    """What a site's model chain logs beside each verified sum, to decode it again after a restart."""
+    encoder = noised_encoder(300, 2.0e6, 3, rotate=rotate)
+    again = Encoder(EncodingConfig.of_document(json.loads(json.dumps(encoder.config.to_document()))), 3)
+    assert again.config == encoder.config
+    rng = np.random.default_rng(3)
+    words = summed(encoder, [rng.uniform(-1.0, 1.0, 300) for _ in range(3)], [1.0, 2.0, 3.0])
+    first, second = encoder.decode(words, 3), again.decode(words, 3)
+    assert first.weighted_sum.tobytes() == second.weighted_sum.tobytes() and first.total_weight == second.total_weight
 
 
 @pytest.mark.parametrize("rotate", [True, False])

@@ -4,9 +4,12 @@ A site checks each model it is sent against the server states it computed itself
 (:mod:`fedfair.runtime.collaborator.chain`). Held in memory only, a restart would leave it with nothing to check
 the next model against. So once it verified a training round's sum, and before its verdict leaves, it keeps the
 :class:`Anchor`: the state whose model round r was sent, and the state the plan's server step makes of round r's
-verified sum (or why it makes none). A restarted process takes the chain up from it. Each state is written once,
-in a file of its own, and the anchor file, replaced atomically, names them (:class:`AnchorRecord`); a large state
-(:mod:`fedfair.runtime.state_files`) is never held whole; an average still theta's copy is written as theta only.
+verified sum (or why it makes none). A restarted process takes the chain up from it. A state is kept as a state
+written whole, in a file of its own, and the verified sums logged since (:class:`LoggedSum`, each in a file of its
+own: d + 1 words where a state is d float64 values a tensor), which a restart steps it by again; a state is
+written whole every :data:`WHOLE_EVERY` rounds. The anchor file, replaced atomically, names them
+(:class:`AnchorRecord`); a large state (:mod:`fedfair.runtime.state_files`) is never held whole; an average still
+theta's copy is written as theta only.
 
 Why: docs/security.md, "Verified aggregation".
 """
@@ -19,8 +22,9 @@ import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -29,19 +33,29 @@ from fedfair.core.files import atomic_write
 from fedfair.core.server import ServerState
 from fedfair.runtime.collaborator.archives import HEADERS, Sliced, read_header, write_archive
 from fedfair.runtime.state_files import InFile, InMemory, HeldState, held_in_file
+from fedfair.secagg import EncodingConfig
 
 CHAIN_SUFFIX = "chain.npz"
 """The anchor is kept as NAME.FEDERATION.chain.npz beside the config."""
 
 FORMAT = "fedfair-chain"
-VERSION = 3
-VERSIONS = (1, 2, 3)
-"""Version 3 keeps each state in a file of its own, written once (:class:`AnchorRecord`); 1 and 2 (still read) held
-both states in the anchor file, rewritten each round. Since 2 a state that averages nothing yet (``averaged_rounds``
-0) leaves out its theta_average, theta's copy (:func:`fedfair.core.server.server_apply`)."""
+VERSION = 4
+VERSIONS = (1, 2, 3, 4)
+"""Version 4 keeps a state as a state written whole and the sums logged since (:class:`AnchorRecord`); 3 (still
+read) wrote each state whole, in a file of its own; 1 and 2 held both states in the anchor file, rewritten each
+round. Since 2 a state that averages nothing yet (``averaged_rounds`` 0) leaves out its theta_average, theta's
+copy (:func:`fedfair.core.server.server_apply`)."""
 
 STATE_SUFFIX = ".state"
 """A state's file is NAME.FEDERATION.chain.TOKEN.state, beside the anchor."""
+
+SUM_SUFFIX = ".sum"
+"""A logged sum's file is NAME.FEDERATION.chain.TOKEN.sum, beside the anchor: its values, back to back."""
+
+WHOLE_EVERY = 8
+"""A state is written whole where it would otherwise be the 8th step of logged sums from the last one written
+whole. A round writes its sum (d + 1 words, 16 bits each in a runtime round: a quarter of one float64 tensor of the
+state) where it wrote a state, one round in 8 a state besides; a restarted site steps at most 7 sums again."""
 
 _SCALARS = ("round", "c", "c_average", "averaged_rounds")
 """A state's scalars (:class:`~fedfair.runtime.state_files.HeldState`), kept as one-value arrays."""
@@ -68,74 +82,138 @@ class Anchor:
     void: str = ""
 
 
+@dataclass(frozen=True)
+class LoggedSum:
+    """A verified sum as the anchor logs it: all the server step took, besides the state, to make the next.
+
+    `values` is the sum as this site verified it: a masked round's encoded words, which `encoding` decodes for
+    `parties` parties, or (`encoding` None) a bounded round's signed total, 2^`fractional_bits` times the sum.
+    `survivors` are the parties summed, `weight` the total weight the step divided by (the plan's for them).
+    """
+
+    round: int
+    values: np.ndarray
+    survivors: tuple[str, ...]
+    weight: float
+    encoding: EncodingConfig | None = None
+    parties: int = 0
+    fractional_bits: int = 0
+
+
+Replay = Callable[[HeldState, LoggedSum], HeldState]
+"""The server step a logged sum made of a state, made again: the chain's (:meth:`ModelChain.replayed`)."""
+
+
+@dataclass(frozen=True)
+class _Place:
+    """Where a kept state is on disk: a state written whole (its file and summary), then the sums stepping it."""
+
+    whole: str
+    summary: dict[str, Any]
+    sums: tuple[tuple[str, dict[str, Any]], ...] = ()
+
+    def then(self, name: str, logged: LoggedSum) -> _Place:
+        """The place of the state the server step makes of this one and `logged`, kept in file `name`."""
+        return _Place(self.whole, self.summary, (*self.sums, (name, _sum_summary(logged))))
+
+
 class AnchorRecord:
-    """The anchor kept at `path` (NAME.FEDERATION.chain.npz) and the state files it names beside it.
+    """The anchor kept at `path` (NAME.FEDERATION.chain.npz) and the files it names beside it.
 
-    Each state is written once, into a file of its own (``NAME.FEDERATION.chain.TOKEN.state``: its tensors'
-    float64 values back to back), when an anchor first holds it; the anchor file itself is a few hundred bytes
-    naming them. Round r's state is round r - 1's step, written when round r - 1's sum was verified, so a round
-    writes and syncs one state where it wrote two.
+    A state an anchor first holds is kept once: as the sum whose step made it of the anchor's other state, logged
+    (``NAME.FEDERATION.chain.TOKEN.sum``: its values back to back), where that one is kept and fewer than
+    :data:`WHOLE_EVERY` - 1 sums step it from a state written whole; else whole (``...TOKEN.state``: its tensors'
+    float64 values back to back). The anchor file itself names them and holds every scalar. Round r's state is
+    round r - 1's step, kept when round r - 1's sum was verified, so a round writes and syncs its sum (a quarter
+    of a tensor of the state at 16 bits a word) where version 3 wrote a state, and where version 2 wrote two.
 
-    Why a crash loses nothing a restart needs: a state file is never changed once written (a state is never
-    stepped in place, :func:`fedfair.runtime.state_files.stepped` with ``give_up=False``). A new one is synced,
-    and so is its name (the folder), before the anchor naming it replaces the old anchor (atomically:
-    temporary file, fsync, rename, fsync of the folder), and a state file is removed only after an anchor that
-    no longer names it is in place. So at every instant the anchor on disk is the old one or the new one, and
-    every file it names is whole on disk; a file no anchor names (a crash before the rename, or before the
-    removal) is removed by the next write.
+    Why a crash loses nothing a restart needs: a state or sum file is never changed once written (a state is never
+    stepped in place, :func:`fedfair.runtime.state_files.stepped` with ``give_up=False``). A new one is synced, and
+    so is its name (the folder), before the anchor naming it replaces the old anchor (atomically: temporary file,
+    fsync, rename, fsync of the folder), and a file is removed only after an anchor that no longer names it is in
+    place. So at every instant the anchor on disk is the old one or the new one, and every file it names is whole
+    on disk; a file no anchor names (a crash before the rename, or before the removal) is removed by the next write.
+    And a logged state is the state it stood for, bit for bit: decoding a sum is integer arithmetic and exact
+    scaling, and the server step (:func:`fedfair.core.server.apply`) is elementwise IEEE arithmetic over the same
+    pieces in the same order, so stepping the same state by the same sum again gives the same bits (a restart
+    checks each state's scalars besides); the sum's bounds are not checked again, since its step was taken.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._kept: list[tuple[HeldState, str]] = []
-        """The states the anchor on disk holds, each with the name of its file (the same objects as held)."""
+        self._kept: list[tuple[HeldState, _Place]] = []
+        """The states the anchor on disk holds, each with its place (the same objects as held)."""
 
-    def read(self, folder: Path | None) -> Anchor:
-        """The anchor kept at :attr:`path`; a large state is read into a file in `folder` a span at a time.
+    def read(self, folder: Path | None, replay: Replay) -> Anchor:
+        """The anchor kept at :attr:`path`, its logged states made again by `replay`.
+
+        A large state is read (and stepped) into a file in `folder` a span at a time.
 
         Raises:
-            ValueError: the file is not an anchor of a version this reads, or a state of it is not whole.
+            ValueError: the file is not an anchor of a version this reads, a file it names is not whole, or a
+                logged state made again is not the one kept (its scalars differ).
             OSError: it cannot be read.
         """
-        anchor, files = _read(self.path, folder)
-        self._kept = [(state, file) for state, file in zip((anchor.state, anchor.next), files) if state and file]
+        anchor, places = _read(self.path, folder, replay)
+        self._kept = [(state, place) for state, place in zip((anchor.state, anchor.next), places) if state and place]
         return anchor
 
-    def write(self, anchor: Anchor) -> None:
-        """Keep `anchor`, each of its states not yet on disk written once (OSError, naming the path: a full disk).
+    def write(self, anchor: Anchor, logged: LoggedSum | None = None) -> None:
+        """Keep `anchor`, each of its states not yet on disk kept once (OSError, naming the path: a full disk).
 
-        On an error the anchor kept before stays, whole.
+        `logged` is the verified sum whose step made `anchor.next` of `anchor.state` (None: no step). On an
+        error the anchor kept before stays, whole.
         """
         folder, written = self.path.parent, []
-        names: dict[str, str] = {}
+        places: dict[str, _Place] = {}
         try:
             for prefix, state in (("state", anchor.state), ("next", anchor.next)):
                 if state is None:
                     continue
-                name = next((file for kept, file in self._kept if kept is state), None)
-                if name is None:
-                    name = _write_state(self.path, state)
-                    written.append(name)
-                names[prefix] = name
+                place = next((place for kept, place in self._kept if kept is state), None)
+                before = places.get("state")
+                if place is None and logged is not None and before and len(before.sums) < WHOLE_EVERY - 1:
+                    written.append(_write_file(self.path, SUM_SUFFIX, partial(_put, values=logged.values)))
+                    place = before.then(written[-1], logged)
+                elif place is None:
+                    written.append(_write_file(self.path, STATE_SUFFIX, partial(_put_state, state=state)))
+                    place = _Place(written[-1], _state_summary(state))
+                places[prefix] = place
             if written:
                 # The new files' names reach the disk before an anchor that names them can.
                 _sync_folder(folder)
-            atomic_write(self.path, lambda stream: write_archive(stream, _manifest(anchor, names)))
+            atomic_write(self.path, lambda stream: write_archive(stream, _manifest(anchor, places)))
         except BaseException:
             for name in written:
                 (folder / name).unlink(missing_ok=True)
             raise
         self._kept = [
-            (state, names[prefix]) for prefix, state in (("state", anchor.state), ("next", anchor.next)) if state
+            (state, places[prefix]) for prefix, state in (("state", anchor.state), ("next", anchor.next)) if state
         ]
-        for stale in folder.glob(f"{_stem(self.path)}.*{STATE_SUFFIX}"):
-            if stale.name not in names.values():
-                stale.unlink(missing_ok=True)
+        named = {name for place in places.values() for name in (place.whole, *(name for name, _ in place.sums))}
+        for suffix in (STATE_SUFFIX, SUM_SUFFIX):
+            for stale in folder.glob(f"{_stem(self.path)}.*{suffix}"):
+                if stale.name not in named:
+                    stale.unlink(missing_ok=True)
 
 
-def read_anchor(path: Path, folder: Path | None) -> Anchor:
-    """The anchor kept at `path` (:meth:`AnchorRecord.read`)."""
-    return AnchorRecord(path).read(folder)
+@dataclass(frozen=True)
+class AnchorVerdict:
+    """What an anchor on disk says of its round, its states left on disk: for an observer (a test, a benchmark)."""
+
+    round: int
+    verified: bool
+    stepped: bool
+    """Whether the verified sum made a next state (not void)."""
+    void: str
+
+
+def read_verdict(path: Path) -> AnchorVerdict:
+    """What the anchor kept at `path` says of its round (ValueError: not an anchor; OSError: unreadable)."""
+    scalars, _ = _scalars(path)
+    return AnchorVerdict(
+        int(scalars["round"]), bool(scalars["verified"]), "next.fields" in scalars, str(scalars["void"])
+    )
 
 
 _AVERAGE = "theta_average"
@@ -156,13 +234,11 @@ def _stored(state: HeldState) -> list[str]:
     return [field for field in state.fields if not (field == _AVERAGE and _average_is_theta(state.averaged_rounds))]
 
 
-def _write_state(anchor_path: Path, state: HeldState) -> str:
-    """Write `state`'s tensors (:func:`_stored`) into a new file beside the anchor and sync it; its name."""
-    handle, name = tempfile.mkstemp(prefix=f"{_stem(anchor_path)}.", suffix=STATE_SUFFIX, dir=anchor_path.parent)
+def _write_file(anchor_path: Path, suffix: str, put: Callable[[int], None]) -> str:
+    """Write a new file beside the anchor (`put` writes into its handle) and sync it; its name."""
+    handle, name = tempfile.mkstemp(prefix=f"{_stem(anchor_path)}.", suffix=suffix, dir=anchor_path.parent)
     try:
-        offset = 0
-        for field in _stored(state):
-            offset += state.copy_field(field, handle, offset)
+        put(handle)
         os.fsync(handle)
     except BaseException as error:
         os.unlink(name)
@@ -175,6 +251,20 @@ def _write_state(anchor_path: Path, state: HeldState) -> str:
     return os.path.basename(name)
 
 
+def _put_state(handle: int, state: HeldState) -> None:
+    """Write `state`'s tensors (:func:`_stored`) back to back into the file `handle`."""
+    offset = 0
+    for name in _stored(state):
+        offset += state.copy_field(name, handle, offset)
+
+
+def _put(handle: int, values: np.ndarray) -> None:
+    """Write `values`' bytes into the file `handle` (no copy of them)."""
+    view, done = np.ascontiguousarray(values).data.cast("B"), 0
+    while done < len(view):
+        done += os.write(handle, view[done:])
+
+
 def _sync_folder(folder: Path) -> None:
     """Bring the names in `folder` to the disk (a new file's name is not synced with its contents)."""
     handle = os.open(folder, os.O_RDONLY)
@@ -184,22 +274,51 @@ def _sync_folder(folder: Path) -> None:
         os.close(handle)
 
 
-def _manifest(anchor: Anchor, files: dict[str, str]) -> dict[str, np.ndarray | Sliced]:
+def _state_summary(state: HeldState) -> dict[str, Any]:
+    """A state written whole, as the anchor file names it: its tensors, those its file holds, its scalars."""
+    summary: dict[str, Any] = {"fields": list(state.fields), "stored": _stored(state), "dimension": state.dimension}
+    summary.update(_made(state))
+    return summary
+
+
+def _made(state: HeldState) -> dict[str, Any]:
+    """`state`'s scalars (:data:`_SCALARS`)."""
+    return {name: getattr(state, name) for name in _SCALARS}
+
+
+def _sum_summary(logged: LoggedSum) -> dict[str, Any]:
+    """A logged sum, as the anchor file names it: all of it but its values, which its file holds."""
+    return {
+        "round": logged.round,
+        "dtype": logged.values.dtype.str,
+        "length": logged.values.size,
+        "survivors": list(logged.survivors),
+        "weight": logged.weight,
+        "encoding": None if logged.encoding is None else logged.encoding.to_document(),
+        "parties": logged.parties,
+        "fractional_bits": logged.fractional_bits,
+    }
+
+
+def _manifest(anchor: Anchor, places: dict[str, _Place]) -> dict[str, np.ndarray | Sliced]:
     """The anchor file's members: its format and version, and (:data:`_SUMMARY`) all else in one.
 
-    Its round and verdict, and per state its scalars, tensors and file: one JSON member where a member a value
-    (versions 1 and 2) cost about 5 ms a write at 21 of them, a tenth of a site's step at d = 10^6.
+    Its round and verdict, and per state the state written whole it starts from (its scalars, tensors and file),
+    the sums that step it since and its own scalars: one JSON member where a member a value (versions 1 and 2) cost
+    about 5 ms a write at 21 of them, a tenth of a site's step at d = 10^6.
     """
     summary: dict[str, object] = {"round": anchor.round, "verified": anchor.verified, "void": anchor.void}
+    sums: dict[str, dict[str, Any]] = {}
     for prefix, state in (("state", anchor.state), ("next", anchor.next)):
         if state is None:
             continue
-        summary[f"{prefix}.fields"] = list(state.fields)
-        summary[f"{prefix}.stored"] = _stored(state)
-        summary[f"{prefix}.dimension"] = state.dimension
-        summary[f"{prefix}.file"] = files[prefix]
-        for name in _SCALARS:
-            summary[f"{prefix}.{name}"] = getattr(state, name)
+        place = places[prefix]
+        summary.update({f"{prefix}.{name}": value for name, value in place.summary.items()})
+        summary[f"{prefix}.file"] = place.whole
+        summary[f"{prefix}.sums"] = [name for name, _ in place.sums]
+        summary[f"{prefix}.made"] = _made(state)
+        sums.update(place.sums)
+    summary["sums"] = sums
     return {
         "format": np.array(FORMAT),
         "version": np.array(VERSION, dtype=np.int64),
@@ -208,33 +327,107 @@ def _manifest(anchor: Anchor, files: dict[str, str]) -> dict[str, np.ndarray | S
 
 
 _SUMMARY = "anchor"
-"""Version 3's member holding every value but the format and version, as JSON (floats kept exactly: repr)."""
+"""Version 3's and 4's member holding every value but the format and version, as JSON (floats kept exactly: repr)."""
 
 
 Values = Callable[[str, int, bool], Iterator[np.ndarray]]
 """A kept state's tensor `field` (of `length` values): at once (`whole`) or :data:`_READ` values at a time."""
 
 
-def _read(path: Path, folder: Path | None) -> tuple[Anchor, tuple[str | None, str | None]]:
-    """The anchor kept at `path`, and the names of its states' files (None: version 1 or 2, held in it)."""
+def _scalars(path: Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The anchor file's values but its tensors (versions 1 and 2 hold them), and (versions 3 and 4) its document.
+
+    Raises:
+        ValueError: not an anchor of a version this reads. OSError: it cannot be read.
+    """
     try:
         with HEADERS, np.load(path, allow_pickle=False) as arrays:
             if str(arrays["format"]) != FORMAT or int(arrays["version"]) not in VERSIONS:
                 raise ValueError(f"not a {FORMAT} file of version {' or '.join(map(str, VERSIONS))}")
             scalars = {name: arrays[name] for name in arrays.files if not _is_tensor(name)}
+        document: dict[str, Any] = {}
         if _SUMMARY in scalars:
-            scalars = {name: np.array(value) for name, value in json.loads(str(scalars[_SUMMARY])).items()}
-        round_number, verified, void = int(scalars["round"]), bool(scalars["verified"]), str(scalars["void"])
-        kept = [
-            _kept(path, scalars, prefix, folder) if f"{prefix}.fields" in scalars else (None, None)
-            for prefix in ("state", "next")
-        ]
+            document = json.loads(str(scalars[_SUMMARY]))
+            scalars = {name: np.array(value) for name, value in document.items() if not isinstance(value, dict)}
     except (KeyError, zipfile.BadZipFile, json.JSONDecodeError) as error:
         raise ValueError(f"an anchor without {error}") from None
-    (state, state_file), (after, after_file) = kept
-    if state is None or round_number < 1 or (after is not None and not verified):
+    missing = {"round", "verified", "void"} - scalars.keys()
+    if missing:
+        raise ValueError(f"an anchor without {', '.join(sorted(missing))}")
+    return scalars, document
+
+
+def _read(path: Path, folder: Path | None, replay: Replay) -> tuple[Anchor, tuple[_Place | None, _Place | None]]:
+    """The anchor kept at `path`, its logged states made again by `replay`, and its states' places.
+
+    A place is None where the state is held in the anchor file itself (versions 1 and 2).
+    """
+    scalars, document = _scalars(path)
+    round_number, verified, void = int(scalars["round"]), bool(scalars["verified"]), str(scalars["void"])
+    states: list[HeldState | None] = []
+    places: list[_Place | None] = []
+    try:
+        for prefix in ("state", "next"):
+            if f"{prefix}.fields" not in scalars:
+                states.append(None)
+                places.append(None)
+                continue
+            sums = tuple((str(name), document["sums"][name]) for name in document.get(f"{prefix}.sums", []))
+            earlier, before = (places[0], states[0]) if places else (None, None)
+            state: HeldState
+            whole: str | None
+            if (
+                earlier
+                and before
+                and earlier.whole == document[f"{prefix}.file"]
+                and sums[: len(earlier.sums)] == earlier.sums
+            ):
+                # The next state steps the anchor's state once more: made from it, not from the state written whole.
+                state, whole, todo = before, earlier.whole, sums[len(earlier.sums) :]
+            else:
+                (state, whole), todo = _kept(path, scalars, prefix, folder), sums
+            for name, summary in todo:
+                state = replay(state, _logged(path.parent / name, summary))
+            made = document.get(f"{prefix}.made")
+            if made is not None and _made(state) != made:
+                raise ValueError(
+                    f"its {prefix}, stepped again by its {len(sums)} logged sums, is not the state it kept "
+                    f"({_made(state)} where it kept {made})"
+                )
+            states.append(state)
+            if whole is None:
+                places.append(None)
+                continue
+            summary = {name: document[f"{prefix}.{name}"] for name in ("fields", "stored", "dimension", *_SCALARS)}
+            places.append(_Place(whole, summary, sums))
+    except (KeyError, TypeError) as error:
+        raise ValueError(f"an anchor without {error}") from None
+    first, after = states
+    if first is None or round_number < 1 or (after is not None and not verified):
         raise ValueError(f"an anchor of round {round_number} that is not one a site writes")
-    return Anchor(round_number, state, verified, after, void), (state_file, after_file)
+    return Anchor(round_number, first, verified, after, void), (places[0], places[1])
+
+
+def _logged(file: Path, summary: dict[str, Any]) -> LoggedSum:
+    """The sum logged in `file`, `summary` all else of it (ValueError: not whole)."""
+    dtype = np.dtype(str(summary["dtype"]))
+    if dtype.kind not in "iu":
+        raise ValueError(f"its logged sum {file.name} is of {dtype} values, not integers")
+    values = np.empty(int(summary["length"]), dtype)
+    with open(file, "rb") as stream:
+        size = os.fstat(stream.fileno()).st_size
+        if size != values.nbytes or stream.readinto(values.data.cast("B")) != size:
+            raise ValueError(f"its logged sum {file.name} holds {size} bytes, not the {values.nbytes} of its values")
+    encoding = summary["encoding"]
+    return LoggedSum(
+        round=int(summary["round"]),
+        values=values,
+        survivors=tuple(str(name) for name in summary["survivors"]),
+        weight=float(summary["weight"]),
+        encoding=None if encoding is None else EncodingConfig.of_document(encoding),
+        parties=int(summary["parties"]),
+        fractional_bits=int(summary["fractional_bits"]),
+    )
 
 
 def _is_tensor(name: str) -> bool:

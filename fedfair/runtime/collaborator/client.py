@@ -67,6 +67,7 @@ from fedfair.runtime.peer.uplink import CLAIMS, RPC_SECONDS, TAG_SETS, StatusRep
 from fedfair.runtime.contract import EVALUATION, model_digest
 from fedfair.runtime.failures import BUNDLE_REFUSED, LOCAL_PRIVACY, MODEL_UNCHECKED
 from fedfair.runtime.manifest_update import LiveManifest
+from fedfair.runtime.memory import release_freed
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.plan.model import ModelSettings
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
@@ -402,8 +403,11 @@ class Collaborator(TaskStream):
         elif task.input_size > 0:
             limit = input_limit(task, self.aggregations, self.shared.collaborator_count, self.parameters, 0)
             fetch = functools.partial(self._uplink.input_into, stub, task, limit)
-            output = None if expected is None else joined.outcome.output  # read back whole only to be checked
+            output = None if expected is None else joined.outcome.output  # read a slice at a time as it is checked
             figures = self.participant.figures if self.shared.secure_aggregation.enabled else None
+            # The rounds are over: what they freed goes back to the system before the bundle (a model's worth) is
+            # fetched and loaded, in every site at once. Once a federation, so the faults it costs do not recur.
+            release_freed()
             received = receive_bundle(self.config.name, path, fetch, expected, output, figures)
         else:
             received = Received(not_kept="the aggregator sent none")

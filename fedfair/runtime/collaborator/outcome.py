@@ -23,7 +23,7 @@ import numpy as np
 
 from fedfair.core.files import atomic_write
 from fedfair.runtime.collaborator.archives import HEADERS, read_header, write_archive
-from fedfair.runtime.collaborator.trajectory import Stored, ServedModel, Trajectory, Values, served_model, whole
+from fedfair.runtime.collaborator.trajectory import Stored, ServedModel, Trajectory, Values, served_model
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -271,12 +271,13 @@ class OutcomeRecord:
         return sum(standing and number not in unchanged for number, standing in self._rounds.items())
 
     @property
-    def output(self) -> ServedModel[np.ndarray] | None:
-        """The output model sent for the plan's final evaluation, read back whole (a fresh array), or None if none was."""
-        output = self._output
-        if output is None:
-            return None
-        return ServedModel(output.round, whole(output.theta), output.c)
+    def output(self) -> ServedModel[Values] | None:
+        """The output model sent for the plan's final evaluation, or None if none was.
+
+        Its theta as the record holds it (:class:`~fedfair.runtime.collaborator.trajectory.Stored`: read a slice at
+        a time), never whole: at the end of a federation every site holds the bundle it checks beside it.
+        """
+        return self._output
 
     def output_mismatch(self) -> str | None:
         """Why the output model is not the average of the training models this site was sent, or None.

@@ -18,7 +18,7 @@ import dataclasses
 import json
 import shutil
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from fedfair.core.models import load_flat_parameters
 from fedfair.pki.roster import settings_digest
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.collaborator.figures import EvaluationFigures
-from fedfair.runtime.collaborator.trajectory import ServedModel
+from fedfair.runtime.collaborator.trajectory import ServedModel, Values, slices_of, whole
 from fedfair.runtime.failures import finished_exit
 from fedfair.runtime.observe.logs import CLOSING_LINE
 from fedfair.runtime.manifest_plan import setting_differences
@@ -74,7 +74,7 @@ class Expectation:
     encoder: Mapping[str, Any] | None
 
 
-def bundle_mismatch(bundle: Bundle, expected: Expectation, output: ServedModel[np.ndarray]) -> str | None:
+def bundle_mismatch(bundle: Bundle, expected: Expectation, output: ServedModel[Values]) -> str | None:
     """Why `bundle` is not this federation's output model, or None when it is.
 
     The reason starts with what did not match: ``federation``, ``plan``, ``architecture``, ``encoder`` or
@@ -109,14 +109,26 @@ def bundle_mismatch(bundle: Bundle, expected: Expectation, output: ServedModel[n
     return model_difference(bundle, expected, output)
 
 
-def _output_tensors(expected: Expectation, theta: np.ndarray) -> dict[str, torch.Tensor]:
+@dataclass(frozen=True)
+class _Wanted:
+    """The plan's model holding the output model: each tensor's shape and dtype, and its values a piece at a time.
+
+    `pieces()` yields (name, offset, values): the tensor `name`'s flat values from `offset` on.
+    """
+
+    tensors: dict[str, tuple[torch.Size, torch.dtype]]
+    pieces: Callable[[], Iterator[tuple[str, int, torch.Tensor]]]
+
+
+def _wanted(expected: Expectation, theta: Values) -> _Wanted:
     """The state dict of the plan's model holding `theta` (ValueError: it does not fit the model's parameters).
 
     A built-in model without buffers is built on the meta device, for its tensors' names, shapes and dtypes only,
-    and each parameter is `theta`'s slice narrowed as :func:`~fedfair.core.models.load_flat_parameters` narrows it:
-    at the end of a federation every site holds the bundle beside its output model, and a second model's worth of
-    parameters per site was the run's peak (d = 10^7, three sites as threads). Any other model is built as the
-    aggregator builds it, its buffers being its build's, and `theta` loaded into it.
+    and each parameter is `theta`'s slice narrowed as :func:`~fedfair.core.models.load_flat_parameters` narrows it,
+    read from the outcome record a slice at a time: at the end of a federation every site holds the bundle beside
+    its output model, and the output model whole (and a comparison's mask of a tensor's size) per site was the
+    run's peak (d = 10^7, three sites as threads). Any other model is built as the aggregator builds it, its
+    buffers being its build's, and `theta` loaded into it whole.
     """
     if expected.model.factory is None:
         with torch.device("meta"):
@@ -129,46 +141,63 @@ def _output_tensors(expected: Expectation, theta: np.ndarray) -> dict[str, torch
                 offset += parameter.numel()
             if offset != theta.size:
                 raise ValueError(f"parameter vector has {theta.size} entries but the model has {offset}")
-            tensors: dict[str, torch.Tensor] = {}
-            for name, parameter in layout.state_dict(keep_vars=True).items():
-                start, count = place[id(parameter)]
-                tensors[name] = torch.from_numpy(theta[start : start + count]).view(parameter.shape).to(parameter.dtype)
-            return tensors
+            named = layout.state_dict(keep_vars=True).items()
+            places = [(name, *place[id(parameter)], parameter.dtype) for name, parameter in named]
+
+            def pieces() -> Iterator[tuple[str, int, torch.Tensor]]:
+                position = 0
+                for part in slices_of(theta):
+                    stop = position + part.size
+                    for name, start, count, dtype in places:
+                        low, high = max(position, start), min(stop, start + count)
+                        if low < high:
+                            yield name, low - start, torch.tensor(part[low - position : high - position]).to(dtype)
+                    position = stop
+
+            return _Wanted({name: (parameter.shape, parameter.dtype) for name, parameter in named}, pieces)
     model = expected.model.build(expected.seed, allowed=expected.factories)
     with torch.no_grad():
-        load_flat_parameters(model, torch.from_numpy(theta))
-    return model.state_dict()
+        load_flat_parameters(model, torch.from_numpy(whole(theta)))
+    built = model.state_dict()
+    return _Wanted(
+        {name: (tensor.shape, tensor.dtype) for name, tensor in built.items()},
+        lambda: ((name, 0, tensor.reshape(-1)) for name, tensor in built.items()),
+    )
 
 
-def model_difference(bundle: Bundle, expected: Expectation, output: ServedModel[np.ndarray]) -> str | None:
+def model_difference(bundle: Bundle, expected: Expectation, output: ServedModel[Values]) -> str | None:
     """How the bundle's weights and threshold differ from `output` laid out in the plan's model, or None if equal.
 
     The aggregator builds the plan's model from its seed and copies theta-bar (float64) into its parameters;
     the same build and copy here give the same tensors bit for bit, so any difference is a different model.
     """
     try:
-        wanted = _output_tensors(expected, output.theta)
+        wanted = _wanted(expected, output.theta)
     except ValueError as error:
         return f"model: the output model this collaborator was sent does not fit the plan's model ({error})"
-    if set(bundle.state_dict) != set(wanted):
-        extra, missing = sorted(set(bundle.state_dict) - set(wanted)), sorted(set(wanted) - set(bundle.state_dict))
+    if set(bundle.state_dict) != set(wanted.tensors):
+        extra = sorted(set(bundle.state_dict) - set(wanted.tensors))
+        missing = sorted(set(wanted.tensors) - set(bundle.state_dict))
         return f"model: the bundle's weights name tensors {extra} the plan's model lacks and lack {missing}"
-    differing, total, largest, where = 0, 0, 0.0, ""
-    for name, tensor in wanted.items():
+    for name, (shape, dtype) in wanted.tensors.items():
         held = bundle.state_dict[name]
-        if held.dtype != tensor.dtype or held.shape != tensor.shape:
+        if held.dtype != dtype or held.shape != shape:
             return (
                 f"model: the bundle's {name} is {held.dtype} of shape {tuple(held.shape)}, the plan's model has "
-                f"{tensor.dtype} of shape {tuple(tensor.shape)}"
+                f"{dtype} of shape {tuple(shape)}"
             )
-        total += tensor.numel()
-        unequal = held != tensor
+    flat = {name: tensor.reshape(-1) for name, tensor in bundle.state_dict.items()}
+    differing, largest, where = 0, 0.0, ""
+    for name, at, values in wanted.pieces():
+        held = flat[name][at : at + values.numel()]
+        unequal = held != values
         count = int(unequal.sum())
         if count:
             differing += count
-            gap = float((held[unequal].double() - tensor[unequal].double()).abs().nan_to_num(nan=np.inf).max())
+            gap = float((held[unequal].double() - values[unequal].double()).abs().nan_to_num(nan=np.inf).max())
             largest, where = max((largest, where), (gap, name))
     if differing:
+        total = sum(tensor.numel() for tensor in bundle.state_dict.values())
         return (
             f"model: {differing} of {total} weights differ from the output model (theta-bar) this collaborator was "
             f"sent to evaluate in round {output.round}, the largest by {largest:.3g} (in {where})"
@@ -208,7 +237,7 @@ def receive_bundle(
     path: Path,
     fetch: Callable[[Callable[[bytes], object]], None],
     expected: Expectation | None,
-    output: ServedModel[np.ndarray] | None,
+    output: ServedModel[Values] | None,
     figures: EvaluationFigures | None = None,
 ) -> Received:
     """Fetch the final model bundle (`fetch`, the FINISHED task's input) and keep it at `path` if it checks out.

@@ -63,9 +63,9 @@ class Folded:
     def slices(self) -> Iterator[np.ndarray]:
         """The values, :data:`_SLICE` at a time, from the first."""
         if self.average is None:
-            yield from (np.asarray(piece, dtype=np.float64) for piece in _slices(self.theta))
+            yield from (np.asarray(piece, dtype=np.float64) for piece in slices_of(self.theta))
             return
-        for average, theta in zip(_slices(self.average), _slices(self.theta), strict=True):
+        for average, theta in zip(slices_of(self.average), slices_of(self.theta), strict=True):
             yield _fold(average, theta, self.count)
 
 
@@ -108,7 +108,7 @@ def served_model(round_number: int, theta: np.ndarray, c: float) -> ServedModel[
     return ServedModel(round_number, kept, float(c))
 
 
-def _slices(values: Values) -> Iterator[np.ndarray]:
+def slices_of(values: Values) -> Iterator[np.ndarray]:
     """`values`, :data:`_SLICE` at a time: views of an array, read from the record's file, or formed."""
     if not isinstance(values, np.ndarray):
         return values.slices()
@@ -241,7 +241,7 @@ def _fold(average: np.ndarray, theta: np.ndarray, count: int) -> np.ndarray:
 
 def _largest_magnitude(theta: Values) -> float:
     """The largest |value| of `theta` (0 for none), a slice at a time."""
-    return max((float(np.abs(piece).max()) for piece in _slices(theta)), default=0.0)
+    return max((float(np.abs(piece).max()) for piece in slices_of(theta)), default=0.0)
 
 
 def _largest_gap(output: Values, average: Values | None, theta: Values | None, count: int) -> float:
@@ -251,11 +251,11 @@ def _largest_gap(output: Values, average: Values | None, theta: Values | None, c
     """
     candidate = average if theta is None else Folded(average, theta, count)
     assert candidate is not None  # every candidate holds the model, the average or both
-    pieces = zip(_slices(output), _slices(candidate), strict=True)
+    pieces = zip(slices_of(output), slices_of(candidate), strict=True)
     return max((float(np.abs(piece - formed).max()) for piece, formed in pieces), default=0.0)
 
 
 def _same(one: ServedModel[Values], other: ServedModel[Values]) -> bool:
     if one.c != other.c or one.theta.size != other.theta.size:
         return False
-    return all(np.array_equal(a, b) for a, b in zip(_slices(one.theta), _slices(other.theta), strict=True))
+    return all(np.array_equal(a, b) for a, b in zip(slices_of(one.theta), slices_of(other.theta), strict=True))

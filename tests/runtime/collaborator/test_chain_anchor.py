@@ -21,7 +21,8 @@ from fedfair.runtime.aggregator.checks import SumOutcome, check_agreed_influence
 from fedfair.runtime.collaborator import chain_record
 from fedfair.core.errors import UncheckedModelError
 from fedfair.runtime.collaborator.chain import ModelChain
-from fedfair.runtime.collaborator.chain_record import read_anchor
+from fedfair.runtime.collaborator.chain_record import Anchor
+from fedfair.runtime.state_files import HeldState
 from fedfair.runtime.collaborator.outcome import OutcomeRecord
 from fedfair.core.update import update_dimension
 from fedfair.runtime.contract import model_download
@@ -92,6 +93,13 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Federation:
     plan = load_aggregator_plan(make_workspace(tmp_path_factory.mktemp("anchor"), NAMES).plan)
     assert plan.secure_aggregation.enabled
     return Federation(plan, load_shared_settings(shared_settings(plan)), initial_state(plan))
+
+
+def restarted_anchor(federation: Federation, folder: Path) -> Anchor:
+    """The anchor a site restarted on `folder` takes up: read, its logged sums stepped again."""
+    anchor = federation.chain(folder).anchor
+    assert anchor is not None
+    return anchor
 
 
 def two_rounds(federation: Federation, chain: ModelChain) -> server.ServerState:
@@ -221,7 +229,7 @@ def test_an_anchor_in_a_file_reads_back_bit_for_bit(
     state = two_rounds(federation, chain)
     chain.verified(2, federation.summed(2), NAMES, federation.encoder(2))
     assert chain.anchor is not None and chain.anchor.next is not None and chain.path is not None
-    anchor = read_anchor(chain.path, tmp_path)
+    anchor = restarted_anchor(federation, tmp_path)
     assert anchor.state.in_file and anchor.next is not None and (anchor.round, anchor.verified) == (2, True)
     for kept, wanted in ((anchor.state, chain.anchor.state), (anchor.next, chain.anchor.next)):
         assert (kept.round, kept.c, kept.c_average, kept.fields) == (
@@ -238,11 +246,24 @@ def test_an_anchor_in_a_file_reads_back_bit_for_bit(
     assert np.array_equal(anchor.state.values("theta", 0, 8), state.theta.numpy()[:8])
 
 
-def state_files_of(chain: ModelChain) -> dict[str, tuple[int, int]]:
-    """The state files beside `chain`'s anchor: each one's (inode, size), by name."""
+def kept_files_of(chain: ModelChain) -> dict[str, tuple[int, int]]:
+    """The files beside `chain`'s anchor (states written whole, logged sums): each one's (inode, size), by name."""
     assert chain.path is not None
-    found = chain.path.parent.glob(f"{chain.path.name.removesuffix('.npz')}.*{chain_record.STATE_SUFFIX}")
+    stem, suffixes = chain.path.name.removesuffix(".npz"), (chain_record.STATE_SUFFIX, chain_record.SUM_SUFFIX)
+    found = [path for suffix in suffixes for path in chain.path.parent.glob(f"{stem}.*{suffix}")]
     return {path.name: (path.stat().st_ino, path.stat().st_size) for path in found}
+
+
+def same_bits(kept: HeldState, state: server.ServerState) -> bool:
+    """Whether `kept` is `state` bit for bit: its scalars and every value of every tensor."""
+    scalars = ("round", "c", "c_average", "averaged_rounds")
+    if [getattr(kept, name) for name in scalars] != [getattr(state, name) for name in scalars]:
+        return False
+    fields = tuple(field for field in kept.fields if getattr(state, field) is not None)
+    return fields == kept.fields and all(
+        kept.values(field, 0, getattr(state, field).numel()).tobytes() == getattr(state, field).numpy().tobytes()
+        for field in fields
+    )
 
 
 @pytest.fixture(params=[False, True], ids=["in memory", "in a file"])
@@ -255,30 +276,53 @@ def in_file(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 @pytest.mark.usefixtures("in_file")
-def test_each_state_is_written_once_and_a_restart_takes_up_its_file(federation: Federation, tmp_path: Path) -> None:
+def test_a_round_logs_its_sum_and_a_restart_steps_the_logged_sums_again_bit_for_bit(
+    federation: Federation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(chain_record, "WHOLE_EVERY", 3)  # rounds 1, 4 and 7's states written whole
+    chain, state, files = federation.chain(tmp_path), federation.start, dict[str, tuple[int, int]]()
+    chain.sent(1, *sent(state))
+    for round_number in range(1, 9):
+        words = federation.summed(round_number)
+        chain.verified(round_number, words, NAMES, federation.encoder(round_number))
+        moved = federation.stepped(state, words, round_number)  # the aggregator's step: the whole state at once
+        before, files = files, kept_files_of(chain)
+        # Round r's state is the last state written whole stepped by (r - 1) % 3 logged sums, and its step one
+        # more, or (the third) written whole: a sum a round, its d + 1 words, a state one round in 3.
+        since = (round_number - 1) % 3
+        sums = [size for name, (_, size) in files.items() if name.endswith(chain_record.SUM_SUFFIX)]
+        assert sums == [words.nbytes] * min(since + 1, 2), (round_number, sorted(files))
+        assert len(files) - len(sums) == 1 + (since == 2), (round_number, sorted(files))
+        assert all(files[name] == before[name] for name in set(files) & set(before))  # each written once, kept
+        restarted = federation.chain(tmp_path).anchor  # a new process: the states made again of the logged sums
+        assert restarted is not None and restarted.next is not None and restarted.round == round_number
+        assert same_bits(restarted.state, state) and same_bits(restarted.next, moved), round_number
+        state = moved
+        chain.sent(round_number + 1, *sent(state))
+    restarted_chain = federation.chain(tmp_path)  # takes the chain up and writes on from it
+    restarted_chain.sent(9, *sent(state))
+    restarted_chain.verified(9, federation.summed(9), NAMES, federation.encoder(9))
+    now = kept_files_of(restarted_chain)  # round 7's state, its 2 sums since, round 10's state: whole
+    assert len(now) == 4 and len(set(now) & set(files)) == 3 and chain.path is not None
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([chain.path.name, *now])  # the rest removed
+
+
+def test_a_bounded_rounds_total_is_logged_and_stepped_again_bit_for_bit(federation: Federation, tmp_path: Path) -> None:
     chain = federation.chain(tmp_path)
-    state = two_rounds(federation, chain)  # round 1's sum verified: round 1's state and its step written
-    after_1 = state_files_of(chain)
-    assert len(after_1) == 2
-    words = federation.summed(2)
-    chain.verified(2, words, NAMES, federation.encoder(2))
-    after_2 = state_files_of(chain)
-    # Round 2's state is round 1's step: the same file, untouched; round 1's state is gone; one file is new.
-    assert len(after_2) == 2 and len(set(after_1) & set(after_2)) == 1
-    (kept,) = set(after_1) & set(after_2)
-    assert after_1[kept] == after_2[kept]
-    with np.load(chain.path) as members:  # type: ignore[arg-type]
-        assert json.loads(str(members["anchor"]))["state.file"] == kept
-        assert int(members["version"]) == chain_record.VERSION == 3
-    moved = federation.stepped(state, words, 2)
-    restarted = federation.chain(tmp_path)  # a new process: takes the chain up from the files, and writes on
-    restarted.sent(3, *sent(moved))
-    restarted.verified(3, federation.summed(3), NAMES, federation.encoder(3))
-    after_3 = state_files_of(restarted)
-    assert len(after_3) == 2 and len(set(after_2) & set(after_3)) == 1
-    (taken,) = set(after_2) & set(after_3)
-    assert after_2[taken] == after_3[taken] and taken != kept and chain.path is not None
-    assert sorted(path.name for path in tmp_path.iterdir() if path.suffix != ".state") == [chain.path.name]
+    chain.sent(1, *sent(federation.start))
+    bits, length = 30, update_dimension(federation.start.theta.numel(), corrects_drift=False)
+    total = np.random.default_rng(1).integers(-(2**20), 2**20, length)  # 2^30 times a sum within every bound
+    chain.verified_bounded(1, total, NAMES, bits)
+    assert chain.anchor is not None and chain.anchor.next is not None
+    sums = [size for name, (_, size) in kept_files_of(chain).items() if name.endswith(chain_record.SUM_SUFFIX)]
+    assert sums == [total.nbytes]
+    restarted = restarted_anchor(federation, tmp_path)
+    assert restarted.next is not None
+    made = chain.anchor.next
+    assert all(
+        restarted.next.values(field, 0, made.dimension).tobytes() == made.values(field, 0, made.dimension).tobytes()
+        for field in made.fields
+    )
 
 
 def test_a_state_in_a_file_is_copied_by_pieces_where_the_system_cannot_copy_it(
@@ -295,11 +339,11 @@ def test_a_state_in_a_file_is_copied_by_pieces_where_the_system_cannot_copy_it(
     two_rounds(federation, chain)
     chain.verified(2, federation.summed(2), NAMES, federation.encoder(2))
     assert chain.path is not None and chain.anchor is not None and chain.anchor.next is not None
-    kept = read_anchor(chain.path, tmp_path).next
-    assert kept is not None and kept.in_file and chain.anchor.next.in_file
-    for field in kept.fields:
-        length = kept.dimension + (field in ("control", "velocity"))
-        assert np.array_equal(kept.values(field, 0, length), chain.anchor.next.values(field, 0, length)), field
+    after = restarted_anchor(federation, tmp_path).next
+    assert after is not None and after.in_file and chain.anchor.next.in_file
+    for field in after.fields:
+        length = after.dimension + (field in ("control", "velocity"))
+        assert np.array_equal(after.values(field, 0, length), chain.anchor.next.values(field, 0, length)), field
 
 
 def test_a_crash_before_the_anchor_is_replaced_leaves_the_old_one_whole(
@@ -307,7 +351,7 @@ def test_a_crash_before_the_anchor_is_replaced_leaves_the_old_one_whole(
 ) -> None:
     chain = federation.chain(tmp_path)
     state = two_rounds(federation, chain)
-    before = state_files_of(chain)
+    before = kept_files_of(chain)
 
     def crash(*_: object) -> None:
         raise OSError(errno.EIO, "the disk went away")
@@ -316,15 +360,17 @@ def test_a_crash_before_the_anchor_is_replaced_leaves_the_old_one_whole(
         patched.setattr(chain_record, "atomic_write", crash)  # the new state file synced, the anchor not replaced
         with pytest.raises(OSError):
             chain.verified(2, federation.summed(2), NAMES, federation.encoder(2))
-    assert state_files_of(chain) == before  # the new state's file removed, the old anchor's untouched
+    assert kept_files_of(chain) == before  # the new sum's file removed, the old anchor's untouched
     assert chain.path is not None
-    stray = chain.path.parent / f"{chain.path.name.removesuffix('.npz')}.left-by-a-crash{chain_record.STATE_SUFFIX}"
-    stray.write_bytes(b"half a state")  # a crash that left its file behind
+    stem = chain.path.name.removesuffix(".npz")
+    strays = [chain.path.parent / f"{stem}.left-by-a-crash{suffix}" for suffix in (".state", ".sum")]
+    for stray in strays:
+        stray.write_bytes(b"half a file")  # a crash that left its file behind
     restarted = federation.chain(tmp_path)
     restarted.sent(2, *sent(state))  # the old anchor: round 1's step is round 2's model
     assert restarted.anchor is not None and restarted.anchor.round == 2
     restarted.verified(2, federation.summed(2), NAMES, federation.encoder(2))
-    assert not stray.exists() and len(state_files_of(restarted)) == 2
+    assert not any(stray.exists() for stray in strays) and len(kept_files_of(restarted)) == 3  # round 1's, 2 sums
 
 
 def test_an_average_that_is_theta_is_written_once_and_read_back_as_theta(
@@ -338,13 +384,14 @@ def test_an_average_that_is_theta_is_written_once_and_read_back_as_theta(
     assert (
         written.next is not None and written.state.averaged_rounds == 0 == written.next.averaged_rounds
     )  # the plan averages from a later round
-    # One copy of theta per state where there were two: a round writes and syncs half the bytes.
-    fields = [field for field in written.next.fields if field != "theta_average"]
-    size = sum(8 * (written.next.dimension + (field in ("control", "velocity"))) for field in fields)
-    assert [size for _, size in state_files_of(chain).values()] == [size] * 2
+    # One copy of theta in the state written whole (round 1's, both states' start) where there were two.
     with np.load(chain.path) as members:
-        assert json.loads(str(members["anchor"]))["next.stored"] == fields
-    anchor = read_anchor(chain.path, tmp_path)
+        document = json.loads(str(members["anchor"]))
+    assert "theta_average" in document["state.fields"] and "theta_average" not in document["state.stored"]
+    size = sum(8 * (written.state.dimension + (field in ("control", "velocity"))) for field in document["state.stored"])
+    states = [size for name, (_, size) in kept_files_of(chain).items() if name.endswith(chain_record.STATE_SUFFIX)]
+    assert states == [size]
+    anchor = restarted_anchor(federation, tmp_path)
     assert anchor.next is not None
     for kept, wanted in ((anchor.state, written.state), (anchor.next, written.next)):
         for field in ("theta", "theta_average"):
@@ -378,26 +425,52 @@ def test_an_anchor_of_an_earlier_version_holding_its_states_still_reads(
         assert state.averaged_rounds == 0  # 2 wrote an average that is theta's copy once, as theta
         for field in (field for field in state.fields if version == 1 or field != "theta_average"):
             arrays[f"{prefix}.{field}"] = state.values(field, 0, state.dimension + (field in ("control", "velocity")))
-    path = tmp_path / "site-a.old.chain.npz"
+    path = federation.chain(tmp_path).path
+    assert path is not None
     np.savez(path, **arrays)  # type: ignore[arg-type]
-    anchor = read_anchor(path, tmp_path)
+    anchor = restarted_anchor(federation, tmp_path)
     assert anchor.next is not None and (anchor.round, anchor.verified) == (2, True)
     for field in ("theta", "theta_average"):
         assert np.array_equal(anchor.next.values(field, 0, 8), written.next.values(field, 0, 8))
 
 
+def test_an_anchor_of_version_3_each_state_in_a_file_still_reads(
+    federation: Federation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(chain_record, "WHOLE_EVERY", 1)  # every state written whole: version 3's files
+    chain = federation.chain(tmp_path)
+    state = two_rounds(federation, chain)
+    words = federation.summed(2)
+    chain.verified(2, words, NAMES, federation.encoder(2))
+    assert chain.path is not None
+    with np.load(chain.path) as members:
+        document = json.loads(str(members["anchor"]))
+    assert document.pop("sums") == {} and document.pop("state.sums") == [] == document.pop("next.sums")
+    del document["state.made"], document["next.made"]  # what version 4 added
+    old = {"format": np.array(chain_record.FORMAT), "version": np.array(3), "anchor": np.array(json.dumps(document))}
+    np.savez(chain.path, **old)  # type: ignore[arg-type]
+    anchor = restarted_anchor(federation, tmp_path)
+    assert anchor.next is not None and same_bits(anchor.state, state)
+    assert same_bits(anchor.next, federation.stepped(state, words, 2))
+
+
+@pytest.mark.parametrize("cut", ["the anchor", "a logged sum"])
 def test_an_unreadable_anchor_is_set_aside_and_nothing_past_round_1_is_taken(
-    federation: Federation, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    federation: Federation, tmp_path: Path, caplog: pytest.LogCaptureFixture, cut: str
 ) -> None:
     chain = federation.chain(tmp_path)
     state = two_rounds(federation, chain)
     chain.verified(2, federation.summed(2), NAMES, federation.encoder(2))
     assert chain.path is not None
-    chain.path.write_bytes(chain.path.read_bytes()[:100])  # cut short
+    if cut == "the anchor":
+        chain.path.write_bytes(chain.path.read_bytes()[:100])
+    else:
+        (logged, *_) = sorted(name for name in kept_files_of(chain) if name.endswith(chain_record.SUM_SUFFIX))
+        (tmp_path / logged).write_bytes((tmp_path / logged).read_bytes()[:-2])  # a word short
     restarted = federation.chain(tmp_path)
     with pytest.raises(UncheckedModelError):
-        restarted.sent(3, *sent(state))
-    assert "is unreadable" in caplog.text
+        restarted.sent(3, *sent(federation.stepped(state, federation.summed(2), 2)))
+    assert "is unreadable" in caplog.text and (cut == "the anchor" or "holds" in caplog.text)
 
 
 def test_the_outcome_record_keeps_the_rounds_sat_out(tmp_path: Path) -> None:

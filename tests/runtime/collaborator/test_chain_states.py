@@ -279,12 +279,12 @@ def test_on_disk_the_states_are_unnamed_files_in_the_sites_folder_closed_when_le
                 yield target
 
     chain, _ = verified_chain(Step(plan_settings, None), tmp_path, 11)
-    # The named files are the anchor a restarted site takes up and its two states' (chain_record), closed once
-    # written: every working state is unnamed.
+    # The named files are the anchor a restarted site takes up, round 1's state and round 1's sum (chain_record),
+    # closed once written: every working state is unnamed.
     anchor = f"site-a.{plan_settings.federation_id}.chain"
-    states = {path.name for path in tmp_path.iterdir()} - {f"{anchor}.npz"}
-    assert len(states) == 2 and (tmp_path / f"{anchor}.npz").is_file()
-    assert all(name.startswith(f"{anchor}.") and name.endswith(".state") for name in states)
+    kept = {path.name for path in tmp_path.iterdir()} - {f"{anchor}.npz"}
+    assert len(kept) == 2 and (tmp_path / f"{anchor}.npz").is_file()
+    assert sorted(name.rpartition(".")[2] for name in kept if name.startswith(f"{anchor}.")) == ["state", "sum"]
     held = list(open_in_folder())
     assert held and all(target.endswith("(deleted)") for target in held)
     del chain

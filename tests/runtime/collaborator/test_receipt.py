@@ -23,7 +23,7 @@ from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.core import server
 from fedfair.runtime.collaborator import receipt, trajectory
 from fedfair.runtime.collaborator.outcome import Excluded, OutcomeRecord
-from fedfair.runtime.collaborator.trajectory import ServedModel, Trajectory
+from fedfair.runtime.collaborator.trajectory import ServedModel, Stored, Trajectory, whole
 from fedfair.runtime.collaborator.receipt import (
     Expectation,
     Received,
@@ -101,6 +101,32 @@ def test_a_built_in_model_is_checked_without_a_second_copy_of_its_parameters(
     assert (bundle_mismatch(forged, federation.expected, federation.output) or "").startswith("model: ")
     short = dataclasses.replace(federation.output, theta=federation.output.theta[:-1])
     assert "does not fit the plan's model" in (bundle_mismatch(bundle, federation.expected, short) or "")
+
+
+def test_an_output_model_kept_in_the_record_is_checked_a_slice_at_a_time(
+    federation: Federation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read from the outcome record 7 values at a time (slices across the model's tensors), never whole: the output
+    model whole beside the bundle, in every site at once, was a federation's peak."""
+
+    def not_whole(*_: object) -> None:
+        raise AssertionError("a built-in model's output model is not read whole to check its bundle")
+
+    monkeypatch.setattr(trajectory, "_SLICE", 7)
+    monkeypatch.setattr(receipt, "whole", not_whole)
+    record = OutcomeRecord(tmp_path / "site-a.fed.outcome.npz", 0)
+    record.output_model(ROUNDS, federation.output.theta, federation.output.c)
+    output = record.output
+    assert output is not None and isinstance(output.theta, Stored)
+    bundle = federation.bundle()
+    assert bundle_mismatch(bundle, federation.expected, output) is None
+    for name in bundle.state_dict:  # the first and the last value of each tensor: each piece's edges
+        for where in (0, -1):
+            tampered = bundle.state_dict[name].clone()
+            tampered.view(-1)[where] += 1.0
+            forged = dataclasses.replace(bundle, state_dict={**bundle.state_dict, name: tampered})
+            reason = bundle_mismatch(forged, federation.expected, output) or ""
+            assert reason.startswith("model: 1 of ") and f"(in {name})" in reason, (name, where, reason)
 
 
 def test_a_bundle_of_another_federation_is_refused_even_with_the_same_model(federation: Federation) -> None:
@@ -219,7 +245,7 @@ def test_the_outcome_record_survives_a_restart(tmp_path: Path) -> None:
     again = OutcomeRecord(path, 1)
     assert again.contributed == 2
     assert again.output is not None and again.output.round == 3 and again.output.c == 0.25
-    assert np.array_equal(again.output.theta, theta)
+    assert np.array_equal(whole(again.output.theta), theta)
     again.held(3)  # round 3 run again (the aggregator resumed) and sent: it counts again
     assert OutcomeRecord(path, 1).contributed == 3
 
@@ -417,6 +443,6 @@ def test_the_record_keeps_the_served_models_in_its_file_not_the_callers_arrays(t
     record.output_model(1, theta, 0.5)
     sent = theta.copy()
     theta[:] = 7.0
-    assert record.output is not None and np.array_equal(record.output.theta, sent)
-    assert not np.shares_memory(record.output.theta, theta)
+    assert record.output is not None and isinstance(record.output.theta, Stored)  # read a slice at a time
+    assert np.array_equal(whole(record.output.theta), sent)
     assert record.output_mismatch() is None
