@@ -511,6 +511,10 @@ class Server:
             self._identities[sender], message.signature, payload
         ):
             raise AuthenticationError(f"party {sender}'s tag is not signed by it over the claimed aggregate")
+        if any(len(field) != TAG_BYTES for _, field in message.values):
+            # Signed, but a value no survivor could read: refused here like a bad tag, so the round goes on
+            # without it (as without the tag) instead of failing where the values are summed.
+            raise ProtocolError(f"party {sender}'s tag reports a re-checked value that is not {TAG_BYTES} bytes")
         self._tags[sender] = message
 
     @property

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from fedfair import cli
+from fedfair.runtime.plan import sum_check
 from fedfair.runtime.plan.sum_check import sum_check_lines
+from fedfair.secagg import config as secagg_config
 from fedfair.secagg.config import RESUMMED_WORDS
 from tests.runtime.harness import new_workspace
 from tests.secagg.helpers import make_config
@@ -45,3 +47,15 @@ def test_above_the_bound_sites_re_check_each_other_and_a_leavers_round_alone_is_
 def test_on_a_secagg_plus_graph_a_leaver_voids_its_round_though_every_site_re_sums() -> None:
     lines = sum_check_lines(make_config(6, neighbours=3, threshold=3))
     assert "sums re-summed by every site" in lines[0] and "voids that round" in lines[1], lines
+
+
+def test_no_re_check_is_promised_where_the_plan_allows_no_colluder(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The re-check red team's finding 3: with max_colluding = 0 above the bound nothing re-checks.
+    monkeypatch.setattr(secagg_config, "RESUMMED_WORDS", 0)
+    monkeypatch.setattr(sum_check, "RESUMMED_WORDS", 0)
+    alone, colluders = make_config(3, max_colluding=0), make_config(4, max_colluding=1)
+    assert not alone.rechecked and colluders.rechecked
+    line = sum_check.sum_check_lines(alone)[0]
+    assert "tags (sound up to max_colluding = 0 colluders: the aggregator alone)" in line
+    assert "re-checks" not in line and line.endswith("checks the tags (no colluder to re-check against)")
+    assert sum_check.sum_check_lines(colluders)[0].endswith("and above that re-checks")

@@ -1,15 +1,13 @@
 """The model chain's anchor, kept beside the config so that it outlives the process: ``NAME.FEDERATION.chain.npz``.
 
-A site checks each model it is sent against the server states it computed itself from the sums it verified
-(:mod:`fedfair.runtime.collaborator.chain`). Held in memory only, a restart would leave it with nothing to check
-the next model against. So once it verified a training round's sum, and before its verdict leaves, it keeps the
-:class:`Anchor`: the state whose model round r was sent, and the state the plan's server step makes of round r's
-verified sum (or why it makes none). A restarted process takes the chain up from it. A state is kept as a state
-written whole, in a file of its own, and the verified sums logged since (:class:`LoggedSum`, each in a file of its
-own: d + 1 words where a state is d float64 values a tensor), which a restart steps it by again; a state is
-written whole every :data:`WHOLE_EVERY` rounds. The anchor file, replaced atomically, names them
-(:class:`AnchorRecord`); a large state (:mod:`fedfair.runtime.state_files`) is never held whole; an average still
-theta's copy is written as theta only.
+A site checks each model it is sent against the server states it computed from the sums it verified
+(:mod:`fedfair.runtime.collaborator.chain`); held in memory only, a restart would leave it nothing to check the
+next model against. So once it verified a training round's sum, and before its verdict leaves, it keeps the
+:class:`Anchor`: the state whose model round r was sent and the one the plan's server step makes of round r's
+verified sum (or why it makes none), as a state written whole every :data:`WHOLE_EVERY` rounds plus the verified
+sums logged since (:class:`LoggedSum`, d + 1 words each, a file each), which a restart steps it by again. The anchor
+file, replaced atomically, names them (:class:`AnchorRecord`); a large state (:mod:`fedfair.runtime.state_files`) is
+never held whole; an average still theta's copy is written as theta only.
 
 Why: docs/security.md, "Verified aggregation".
 """

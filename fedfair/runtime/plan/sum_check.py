@@ -46,7 +46,8 @@ def sum_check_lines(config: SecAggConfig) -> list[str]:
         check = f"tags ({sound}: the aggregator alone)"
     lines = [
         f"training sums: {check}; {shape}; every site re-sums up to d = {largest:,} at n = {parties} "
-        f"(n x (d + 1) <= {RESUMMED_WORDS:,} words), here {parties * words:,}, and above that re-checks"
+        f"(n x (d + 1) <= {RESUMMED_WORDS:,} words), here {parties * words:,}, and above that "
+        + ("re-checks" if colluding > 0 else "checks the tags (no colluder to re-check against)")
     ]
     if resum_decides(config) and config.resummed:
         lines.append("a site that leaves before its tag of a sum costs no round: every other site's re-sum decides")
