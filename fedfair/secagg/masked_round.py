@@ -101,15 +101,19 @@ def _tags_withheld(server: Server) -> str | None:
     graph), the tags that arrived are relayed without the missing ones: the leavers' inputs are in the sum every
     survivor re-sums, from the claim or, above RESUMMED_WORDS, from the tag set (:meth:`Server.tag_set`). With no tag
     at all there is no survivor left to re-sum it (an honest one that found the claim forged tags nothing): nobody
-    verified it, so it is never applied.
+    verified it, so it is never applied. In a re-checked round a survivor whose signed report is false is named and
+    its tag dropped first (:meth:`Server.refuse_false_reports`), so it counts among the missing.
     """
+    liars = [server.config.name_of(party) for party in server.refuse_false_reports()]
+    # Why a dropped tag is missing, where the round is then void.
+    false = f" ({', '.join(liars)} reported false re-checked values: named, and left out)" if liars else ""
     untagged = [server.config.name_of(party) for party in server.untagged]
     if len(untagged) == len(server.survivors):
-        return f"no survivor tagged the claimed sum ({', '.join(untagged)} sent none): nobody verified it"
+        return f"no survivor tagged the claimed sum ({', '.join(untagged)} sent none{false}): nobody verified it"
     if untagged and resum_decides(server.config):
         return None
     if untagged:
-        return f"no tag of the claimed sum from {', '.join(untagged)}: nobody could verify it"
+        return f"no tag of the claimed sum from {', '.join(untagged)}{false}: nobody could verify it"
     if not server.tags_add_up():
         return (
             "the survivors' tags do not add up to the sum this aggregator unmasked: a survivor tagged "

@@ -21,7 +21,7 @@ from fedfair.secagg import prg
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.messages import AdvertiseKeys
 from fedfair.secagg.recovery import Secrets, survivor_masks
-from fedfair.secagg.verify import CHECKS, TAG_BYTES, TAG_MODULUS, Challenge, decode_tags
+from fedfair.secagg.verify import CHECKS, TAG_BYTES, TAG_MODULUS, Challenge, decode_tags, encode_tags
 
 CARRY_DTYPE = np.dtype("<u2")
 """The carries travel as 16-bit two's-complement words: |K_j| < n, so up to 2^15 - 1 survivors."""
@@ -168,3 +168,33 @@ def check_reports(
             "the survivors' re-checked values do not sum to the claimed aggregate's: it is not the sum of the "
             "masked inputs the survivors signed, unmasked",
         )
+
+
+def false_reports(
+    reports: Mapping[int, Sequence[tuple[int, bytes]]],
+    true_values: Mapping[int, tuple[int, ...]],
+    *,
+    config: SecAggConfig,
+    survivors: Sequence[int],
+) -> dict[int, str]:
+    """Each checker whose signed report is false, with why: it names other peers, or a value other than the truth.
+
+    ``reports`` maps each checker to the (peer, values) its signed tag carried, ``true_values`` each survivor to
+    its true <r^c, z_j> (an aggregator that rebuilt every z_j computes them: :meth:`Server.refuse_false_reports
+    <fedfair.secagg.server.Server.refuse_false_reports>`). Either fault alone makes every survivor refuse the
+    claimed sum (:func:`check_reports`: BAD_TAG, FORGED).
+    """
+    colluding = config.security.max_colluding
+    false: dict[int, str] = {}
+    for checker, report in sorted(reports.items()):
+        wanted = checked_peers(survivors, checker, colluding)
+        if tuple(peer for peer, _ in report) != wanted:
+            false[checker] = f"its signed tag reports other peers than {', '.join(map(config.name_of, wanted))}"
+            continue
+        wrong = [config.name_of(peer) for peer, field in report if field != encode_tags(true_values[peer])]
+        if wrong:
+            false[checker] = (
+                f"its signed tag reports a re-checked value of {', '.join(wrong)} other than the true one, "
+                "which the aggregator computed from the masked input and secrets every checker holds"
+            )
+    return false

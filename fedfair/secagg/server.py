@@ -55,7 +55,7 @@ from fedfair.secagg.payloads import (
     session_id,
     share_check_payload,
 )
-from fedfair.secagg.recheck import carried_sum, check_reports, checked_peers, claimed_values
+from fedfair.secagg.recheck import carried_sum, check_reports, checked_peers, claimed_values, false_reports
 from fedfair.secagg.recovery import Recovery, check_range, survivor_masks, unmasking_streams
 from fedfair.secagg.resum import resum_decides
 from fedfair.secagg.shares import Kind
@@ -526,6 +526,36 @@ class Server:
         RESUMMED_WORDS, from the tag set).
         """
         return tuple(sorted(self._masked - self._tags.keys()))
+
+    def refuse_false_reports(self) -> tuple[int, ...]:
+        """In a re-checked round with every tag in, name each survivor whose signed report is false, and drop its tag.
+
+        Only where the reports fail :func:`~fedfair.secagg.recheck.check_reports` (every survivor would refuse
+        them) does this server compute every true <r^c, z_j> itself: it rebuilt each z_j for the carries
+        (:meth:`claim`) and does so once more, one input at a time. Each checker whose report names other peers or
+        another value (:func:`~fedfair.secagg.recheck.false_reports`) is a culprit this server proved
+        (:meth:`excluded`), and its tag counts as missing: the round goes on as without it (:meth:`tag_set`), so
+        re-summed from the tag set on the complete graph and void on a SecAgg+ graph. Elsewhere it does nothing.
+
+        Returns:
+            The survivors named, sorted.
+        """
+        if self._carries is None or self.untagged:
+            return ()
+        challenge = Challenge(self._session, self._digest, self._sum.size)
+        reports = {party: tag.values for party, tag in self._tags.items()}
+        expected = claimed_values(challenge, self._sum, self._carries)
+        try:
+            check_reports(reports, expected, config=self.config, survivors=self._survivors)
+        except VerificationError:
+            truth = {party: challenge.dots(self._unmasked_input(party)) for party in self._survivors}
+            false = false_reports(reports, truth, config=self.config, survivors=self._survivors)
+            for checker, why in false.items():
+                self._name(checker, why)
+                self._proven.add(checker)
+                del self._tags[checker]
+            return tuple(false)
+        return ()
 
     def tags_add_up(self) -> bool:
         """Whether the tags received sum to the claimed aggregate's challenge dots, as every survivor will check.

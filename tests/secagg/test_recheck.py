@@ -81,10 +81,11 @@ def test_the_carried_sum_refuses_nothing_or_too_many_parts() -> None:
 
 
 def rechecked_round(
-    parties: int = 5, max_colluding: int = 1, maskers: list[int] | None = None
+    parties: int = 5, max_colluding: int = 1, maskers: list[int] | None = None, neighbours: int | None = None
 ) -> tuple[Harness, dict[int, AggregateClaim]]:
     """A round through UNMASK above the bound, and each survivor's claim as it comes over the wire."""
-    harness = Harness(make_config(parties, modulus_bits=16, max_colluding=max_colluding), verified=True)
+    config = make_config(parties, neighbours=neighbours, modulus_bits=16, max_colluding=max_colluding)
+    harness = Harness(config, verified=True)
     harness.unmask(harness.through_consistency(maskers or list(range(1, parties + 1))))
     harness.server.finish()
     assert harness.config.rechecked
@@ -257,25 +258,102 @@ def test_a_report_of_other_peers_or_none_is_refused() -> None:
         assert refused(harness, 1, claims[1], [altered, *tags[1:]]) is VerifyReason.BAD_TAG
 
 
-def test_the_server_withholds_tags_whose_reports_disagree() -> None:
-    """An honest aggregator aborts a round every survivor would refuse, as for tags that do not add up."""
-    withheld = SECURE_ROUND.verify_stages[0].withheld
-    assert withheld is not None
-    harness, claims = rechecked_round()
-    tags = {party: harness.clients[party].tag(claims[party]) for party in range(1, 6)}
-    peer, reported = tags[1].values[0]
-    lying = ((peer, encode_tags(v + 1 for v in decode_tags(reported))), *tags[1].values[1:])
-    session = harness.server.session_id
-    view = harness.clients[1].signed_view
+def resigned(
+    harness: Harness, tag: AggregateTag, claim: AggregateClaim, values: tuple[tuple[int, bytes], ...]
+) -> AggregateTag:
+    """``tag`` reporting ``values`` instead, signed by its own sender: a false report that needs no forgery."""
+    view = harness.clients[tag.sender].signed_view
     assert view is not None
-    digest = aggregate_digest(session, view[1], view[2], claims[1].vector, claims[1].carries)
-    tags[1] = replace(
-        tags[1], values=lying, signature=sign(harness.key(1), tag_payload(session, digest, 1, tags[1].tags, lying))
+    session = harness.server.session_id
+    digest = aggregate_digest(session, view[1], view[2], claim.vector, claim.carries)
+    signature = sign(harness.key(tag.sender), tag_payload(session, digest, tag.sender, tag.tags, values))
+    return AggregateTag.from_bytes(replace(tag, values=values, signature=signature).to_bytes())
+
+
+def moved_report(values: tuple[tuple[int, bytes], ...], peer: int) -> tuple[tuple[int, bytes], ...]:
+    """``values`` with ``peer``'s first check moved by 1 (modulo 2^256, as a tag field holds it)."""
+    return tuple(
+        (at, encode_tags(value + (at == peer and check == 0) for check, value in enumerate(decode_tags(field))))
+        for at, field in values
     )
+
+
+def withheld(harness: Harness, tags: dict[int, AggregateTag]) -> str | None:
+    """Hand the server every tag, then ask the runtime's hook whether it relays them (None) or voids the round."""
     for tag in tags.values():
         harness.server.receive_tag(tag)
-    assert not harness.server.tags_add_up()
-    assert withheld(harness.server) is not None
+    hook = SECURE_ROUND.verify_stages[0].withheld
+    assert hook is not None
+    return hook(harness.server)
+
+
+def honest_tags(harness: Harness, claims: dict[int, AggregateClaim]) -> dict[int, AggregateTag]:
+    return {party: harness.clients[party].tag(claims[party]) for party in claims}
+
+
+def test_the_site_whose_report_is_false_is_named_and_the_round_goes_on_without_its_tag() -> None:
+    """The re-check red team's finding 2: one value moved by 1 and signed voided the round and named nobody.
+
+    The aggregator rebuilt every z_j for the carries, so it computes the true <r, z_j> itself: it names the liar
+    (proven, so excluded), drops its tag, and every other survivor re-sums the round from the tag set.
+    """
+    harness, claims = rechecked_round()
+    true_sum = np.array(harness.server.running_sum, copy=True)  # unmasked in place at finish
+    tags = honest_tags(harness, claims)
+    liar, peer = 1, tags[1].values[0][0]
+    tags[liar] = resigned(harness, tags[liar], claims[liar], moved_report(tags[liar].values, peer))
+    assert withheld(harness, tags) is None  # the complete graph: the missing tag's re-sum decides
+    server = harness.server
+    assert set(server.culprits) == set(server.excluded()) == {liar}  # proven by the server's own computation
+    assert harness.config.name_of(peer) in server.culprits[liar]
+    assert server.untagged == (liar,)
+    tag_set = TagSet.from_bytes(server.tag_set().to_bytes())
+    assert liar not in {tag.sender for tag in tag_set.tags}
+    assert len(tag_set.inputs) == harness.config.size  # the fallback's material, for every survivor to re-sum
+    for party in sorted(tags.keys() - {liar}):
+        np.testing.assert_array_equal(harness.clients[party].verify(tag_set), true_sum)
+
+
+def test_checkers_that_agree_on_a_false_value_are_both_named() -> None:
+    """Both checkers of one survivor move its value alike: the reports agree, and only the truth tells them false."""
+    harness, claims = rechecked_round()
+    tags = honest_tags(harness, claims)
+    survivors, target = harness.server.survivors, 3
+    liars = {party for party in survivors if target in checked_peers(survivors, party, 1)}
+    assert len(liars) == 2
+    for liar in liars:
+        tags[liar] = resigned(harness, tags[liar], claims[liar], moved_report(tags[liar].values, target))
+    assert withheld(harness, tags) is None
+    assert set(harness.server.culprits) == set(harness.server.excluded()) == liars
+
+
+def test_a_report_of_other_peers_is_named() -> None:
+    harness, claims = rechecked_round()
+    tags = honest_tags(harness, claims)
+    tags[1] = resigned(harness, tags[1], claims[1], tags[4].values)  # true values, of the peers site-4 checks
+    assert withheld(harness, tags) is None
+    assert set(harness.server.culprits) == {1}
+    assert "other peers" in harness.server.culprits[1]
+
+
+def test_honest_reports_name_nobody_and_the_tag_set_carries_no_material() -> None:
+    harness, claims = rechecked_round()
+    assert withheld(harness, honest_tags(harness, claims)) is None
+    assert harness.server.culprits == {}
+    assert harness.server.untagged == ()
+    assert harness.server.tag_set().inputs == ()
+
+
+def test_on_a_secagg_plus_graph_the_round_is_void_naming_the_liar() -> None:
+    """A missing tag voids the round there (MISSING_TAG at every survivor), so the aggregator voids it, saying why."""
+    harness, claims = rechecked_round(7, neighbours=4)
+    assert not harness.config.complete
+    tags = honest_tags(harness, claims)
+    peer = tags[1].values[-1][0]
+    tags[1] = resigned(harness, tags[1], claims[1], moved_report(tags[1].values, peer))
+    why = withheld(harness, tags)
+    assert why is not None and harness.config.name_of(1) in why and "false re-checked values" in why
+    assert set(harness.server.excluded()) == {1}
 
 
 def test_a_party_that_missed_the_round_is_kept_the_claim_every_survivor_shares() -> None:

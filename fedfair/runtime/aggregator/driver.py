@@ -304,8 +304,8 @@ class SumDriver:
                 )
                 hooks = spec.hooks(server)
                 why = hooks.withheld() if hooks.withheld is not None else None
-                if why is not None:
-                    raise RoundAbortedError(why)
+                if why is not None:  # a culprit the hook found (a false re-checked report) is named all the same
+                    raise RoundAbortedError(why, self._named(round_number, config, server))
                 opening = order.close(spec, hooks.close) if hooks.close is not None else None
 
         try:
