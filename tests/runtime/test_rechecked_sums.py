@@ -6,7 +6,8 @@ million parameters at n = 3 would be the real thing). Three sites, ``max_colludi
 masked inputs of the two others with its claim and reports their re-checked values in its tag. An honest aggregator
 applies every round and every site keeps its bundle; an aggregator that forges round 2's sum, with site-c's tag and
 reported value moved to cover it (the tags alone would accept it: tests/secagg/test_resum.py), is refused by every
-site naming round 2 and FORGED.
+site naming round 2 and FORGED. A site that signs one false re-checked value (an honest aggregator) is named and
+excluded, and the round goes on without its tag, re-summed by the others from the tag set.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ import pytest
 
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
-from fedfair.runtime.local.processes import Child, child_environment, collaborator_command
+from fedfair.runtime.local.processes import (
+    FEDFAIR_COMMAND,
+    Child,
+    aggregator_command,
+    child_environment,
+    collaborator_command,
+)
 from fedfair.runtime.local.workspace import Workspace
 from tests.runtime.harness import Processes, new_workspace
 from tests.runtime.test_verified_sums import refusals
@@ -28,17 +35,23 @@ NAMES = ("site-a", "site-b", "site-c")
 ROUNDS = 3
 FORGED_ROUND = 2
 COLLUDING = Path(__file__).with_name("colluding_aggregator.py")
+LYING = Path(__file__).with_name("lying_site.py")
 
 
-def rechecked_federation(tmp_path: Path, processes: Processes, forged_round: int) -> tuple[Workspace, dict[str, Child]]:
-    """Three sites allowing one colluder, every sum above the bound, and the aggregator forging `forged_round` (0: none)."""
-    workspace = new_workspace(
+def rechecked_workspace(tmp_path: Path, names: tuple[str, ...]) -> Workspace:
+    """A plan for `names` allowing one colluder, of quorum 3 (max_colluding + 2)."""
+    return new_workspace(
         tmp_path,
-        NAMES,
+        names,
         training={"rounds": ROUNDS, "server_momentum": 0.0, "local_steps": 1},
         quorum={"min_collaborators": 3},
         secure_aggregation={"enabled": True, "max_colluding": 1},
     )
+
+
+def rechecked_federation(tmp_path: Path, processes: Processes, forged_round: int) -> tuple[Workspace, dict[str, Child]]:
+    """Three sites allowing one colluder, every sum above the bound, and the aggregator forging `forged_round` (0: none)."""
+    workspace = rechecked_workspace(tmp_path, NAMES)
     colluder_key = workspace.certs / "site-c.key"
     assert colluder_key.is_file()
     command = [sys.executable, str(COLLUDING), str(workspace.plan), str(forged_round), str(colluder_key)]
@@ -70,3 +83,32 @@ def test_a_sum_forged_with_a_colluding_site_is_refused_by_every_site(tmp_path: P
     assert all(contributed == FORGED_ROUND for _refusal, contributed in found), found
     log = read_round_log(workspace.output)
     assert [record["status"] for record in log][: FORGED_ROUND - 1] == ["applied"] * (FORGED_ROUND - 1), log
+
+
+@pytest.mark.slow
+def test_a_site_that_reports_a_false_value_is_named_and_the_round_applies(tmp_path: Path, processes: Processes) -> None:
+    """site-d moves its first re-checked value of round 2 by 1 and signs it (the re-check red team's finding 2).
+
+    Four sites, so that three remain for ``max_colluding = 1`` once site-d is excluded.
+    """
+    names = (*NAMES, "site-d")
+    workspace = rechecked_workspace(tmp_path, names)
+    start_above_the_bound(processes, "aggregator", aggregator_command(workspace), watch="listening on port")
+    assert processes.children[0].seen.wait(120), processes.tail()
+    sites = {name: start_above_the_bound(processes, name, collaborator_command(workspace, name)) for name in NAMES}
+    liar_command = collaborator_command(workspace, "site-d")[len(FEDFAIR_COMMAND) :]
+    command = [sys.executable, str(LYING), str(FORGED_ROUND), *liar_command]
+    liar = Child("site-d", command, env=child_environment(), sink=processes.log)
+    processes.children.append(liar)
+    for name, site in sites.items():
+        assert site.wait(240) == 0, processes.tail()
+        record = OutcomeRecord(next(workspace.configs[name].parent.glob(f"{name}.*.{OUTCOME_SUFFIX}")), 0)
+        assert record.refusal is None and record.contributed == ROUNDS, (name, record.refusal, record.contributed)
+    log = read_round_log(workspace.output)
+    assert [(record["round"], record["status"]) for record in log] == [(n, "applied") for n in range(1, ROUNDS + 1)]
+    named = log[FORGED_ROUND - 1]
+    assert set(named.get("excluded", {})) == {"site-d"}, named  # the honest checker of the same peer is not named
+    assert "re-checked value" in named["excluded"]["site-d"], named
+    assert named["contributors"] == list(names), named  # its input is in the sum the others re-summed
+    for record in log[FORGED_ROUND:]:
+        assert record["contributors"] == list(NAMES), record
