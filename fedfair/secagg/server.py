@@ -127,6 +127,8 @@ class Server:
         self._digest = b""
         self._carries: np.ndarray | None = None
         self._tags: dict[int, AggregateTag] = {}
+        self._reported_total: tuple[int, ...] | None = None
+        """What a re-checked round's reported values must sum to, once computed (:meth:`_claimed_values`)."""
 
     @property
     def session_id(self) -> bytes:
@@ -544,9 +546,8 @@ class Server:
             return ()
         challenge = Challenge(self._session, self._digest, self._sum.size)
         reports = {party: tag.values for party, tag in self._tags.items()}
-        expected = claimed_values(challenge, self._sum, self._carries)
         try:
-            check_reports(reports, expected, config=self.config, survivors=self._survivors)
+            check_reports(reports, self._claimed_values(challenge), config=self.config, survivors=self._survivors)
         except VerificationError:
             truth = {party: challenge.dots(self._unmasked_input(party)) for party in self._survivors}
             false = false_reports(reports, truth, config=self.config, survivors=self._survivors)
@@ -557,14 +558,25 @@ class Server:
             return tuple(false)
         return ()
 
+    def _claimed_values(self, challenge: Challenge) -> tuple[int, ...]:
+        """:func:`~fedfair.secagg.recheck.claimed_values` of this re-checked claim, computed once (two d-word passes).
+
+        S', K and so r are fixed from :meth:`claim` on, and both the false reports' search and the tags' check ask.
+        """
+        if self._reported_total is None:
+            assert self._carries is not None  # a re-checked claim was made
+            self._reported_total = claimed_values(challenge, self._sum, self._carries)
+        return self._reported_total
+
     def tags_add_up(self) -> bool:
         """Whether the tags received sum to the claimed aggregate's challenge dots, as every survivor will check.
 
         For a server that claimed the true sum, False means a survivor tagged something other than its input
         (which nobody can tell apart from a forged sum), or, in a re-checked round, reported values that every
-        survivor would refuse (:func:`~fedfair.secagg.recheck.check_reports`): relaying the tags would only make
-        every survivor refuse the aggregate, so the runtime aborts the round instead. Costs a challenge over the
-        d + 1 words (two in a re-checked round).
+        survivor would refuse (:func:`~fedfair.secagg.recheck.check_reports`; the runtime names and drops false
+        ones first, :meth:`refuse_false_reports`): relaying the tags would only make every survivor refuse the
+        aggregate, so the runtime aborts the round instead. Costs a challenge over the d + 1 words (two more in a
+        re-checked round, once).
         """
         if self.untagged:
             return False
@@ -575,7 +587,7 @@ class Server:
             try:
                 check_reports(
                     reports,
-                    claimed_values(challenge, self._sum, self._carries),
+                    self._claimed_values(challenge),
                     config=self.config,
                     survivors=self._survivors,
                 )
