@@ -126,6 +126,9 @@ def test_the_refusal_exits_with_its_own_status(
         def __init__(self, config: CollaboratorConfig, reset_state: bool, started: float | None = None) -> None:
             self.config = config
 
+        def stop(self) -> None:
+            """The command's stop hook (`stop_on_signals`): nothing here waits."""
+
         def run(self) -> int:
             raise PermanentFailureError(
                 failure, auditor=AUDITOR, config=self.config.source, role="collaborator", reason="a reason"
