@@ -6,7 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from fedfair.runtime.observe.logs import CLOSING_LINE, configure_logging
+from fedfair.runtime.observe.logs import configure_logging
 
 logger = logging.getLogger("fedfair.auditor")
 
@@ -19,7 +19,7 @@ def _start_command(args: argparse.Namespace) -> int:
     from fedfair.runtime.auditor.config import auditor_config_from_flags, load_auditor_config
     from fedfair.runtime.auditor.process import AuditorProcess
     from fedfair.runtime.peer.retries import process_started
-    from fedfair.runtime.stops import stop_name, stop_on_signals, stop_status
+    from fedfair.runtime.stops import say_stopped, stop_on_signals
 
     flags = {"cert": args.cert, "key": args.key, "manifest": args.manifest, "aggregator": args.aggregator}
     if args.config is not None:
@@ -50,15 +50,10 @@ def _start_command(args: argparse.Namespace) -> int:
             return auditor.run()
     except KeyboardInterrupt as stop:
         auditor.stop()  # its stream cancelled: the aggregator sees it leave at once
-        logger.warning(
-            "%s: stopped by %s; what it keeps of the federation (totals.json, noise.secret) is in %s: start it again "
-            "with the same command and folder to go on verifying",
-            config.name,
-            stop_name(stop),
-            config.folder,
-            extra=CLOSING_LINE,
+        kept = f"what it keeps of the federation (totals.json, noise.secret) is in {config.folder}"
+        return say_stopped(
+            stop, config.name, f"{kept}: start it again with the same command and folder to go on verifying", logger
         )
-        return stop_status(stop)
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
