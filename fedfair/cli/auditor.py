@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 from fedfair.runtime.observe.logs import configure_logging
+
+logger = logging.getLogger("fedfair.auditor")
 
 HELP = "verify every site's input bound as the plan's auditor institution"
 
@@ -16,6 +19,7 @@ def _start_command(args: argparse.Namespace) -> int:
     from fedfair.runtime.auditor.config import auditor_config_from_flags, load_auditor_config
     from fedfair.runtime.auditor.process import AuditorProcess
     from fedfair.runtime.peer.retries import process_started
+    from fedfair.runtime.stops import say_stopped, stop_on_signals
 
     flags = {"cert": args.cert, "key": args.key, "manifest": args.manifest, "aggregator": args.aggregator}
     if args.config is not None:
@@ -41,10 +45,15 @@ def _start_command(args: argparse.Namespace) -> int:
     # The wait for a first answer counts from the command, as a site's: the operator waits through imports too.
     auditor = AuditorProcess(config, started=process_started())
     try:
-        return auditor.run()
-    except KeyboardInterrupt:
-        auditor.stop()
-        return 130
+        # auditor.stop also ends its waits where a library dropped the interrupt (stop_on_signals).
+        with stop_on_signals(on_stop=auditor.stop):
+            return auditor.run()
+    except KeyboardInterrupt as stop:
+        auditor.stop()  # its stream cancelled: the aggregator sees it leave at once
+        kept = f"what it keeps of the federation (totals.json, noise.secret) is in {config.folder}"
+        return say_stopped(
+            stop, config.name, f"{kept}: start it again with the same command and folder to go on verifying", logger
+        )
 
 
 def register_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

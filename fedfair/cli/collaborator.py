@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from fedfair.runtime.observe.logs import CLOSING_LINE, configure_logging
+from fedfair.runtime.observe.logs import configure_logging
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -20,7 +20,7 @@ def _start_command(args: argparse.Namespace) -> int:
     from fedfair.runtime.collaborator.metrics import start_site_monitoring
     from fedfair.runtime.peer.retries import process_started
     from fedfair.runtime.failures import AUDITOR_REFUSED, EXIT_REFUSED
-    from fedfair.runtime.stops import stop_name, stop_on_signals, stop_status
+    from fedfair.runtime.stops import say_stopped, stop_on_signals
 
     config = load_collaborator_config(args.config)
     # The console shows a progress bar and what needs a person; every line goes to NAME.log beside the config.
@@ -37,14 +37,10 @@ def _start_command(args: argparse.Namespace) -> int:
         return status
     except KeyboardInterrupt as stop:
         collaborator.stop()  # its stream cancelled: the aggregator sees it leave at once
-        logger.warning(
-            "%s: stopped by %s; what it holds of the federation is kept beside its config: start it again with "
-            "the same command to rejoin from the next round",
-            config.name,
-            stop_name(stop),
-            extra=CLOSING_LINE,
+        kept = "what it holds of the federation is kept beside its config"
+        return say_stopped(
+            stop, config.name, f"{kept}: start it again with the same command to rejoin from the next round", logger
         )
-        return stop_status(stop)
     except PermanentFailureError as error:
         if error.failure is not AUDITOR_REFUSED:
             raise

@@ -11,12 +11,15 @@ Why: docs/operations.md, "Stopping".
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+
+from fedfair.runtime.observe.logs import CLOSING_LINE
 
 
 class Stopped(KeyboardInterrupt):
@@ -36,6 +39,15 @@ def stop_name(stop: KeyboardInterrupt) -> str:
     """How the operator stopped the process, for its closing line: "Ctrl-C (SIGINT)" or "SIGTERM"."""
     signum = stop.signum if isinstance(stop, Stopped) else signal.SIGINT
     return "Ctrl-C (SIGINT)" if signum == signal.SIGINT else signal.Signals(signum).name
+
+
+def say_stopped(stop: KeyboardInterrupt, party: str, then: str, logger: logging.Logger) -> int:
+    """Log a party's closing line after `stop`, "<party>: stopped by SIGTERM; <then>"; its exit status.
+
+    `then` says what the party kept and how to go on.
+    """
+    logger.warning("%s: stopped by %s; %s", party, stop_name(stop), then, extra=CLOSING_LINE)
+    return stop_status(stop)
 
 
 FORWARD_PAUSE_SECONDS = 0.5

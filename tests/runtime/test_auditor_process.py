@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -388,6 +389,60 @@ def test_the_auditor_command_counts_the_wait_from_the_process_start(
     error = capsys.readouterr().err
     waited = re.search(r"aggregator-never-answered: nothing answered at 127\.0\.0\.1:9 for (\d+) s", error)
     assert waited is not None and int(waited[1]) >= int(age), (age, error)
+
+
+@pytest.mark.parametrize(("signum", "said"), [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "Ctrl-C (SIGINT)")])
+def test_a_signal_stops_an_auditor_waiting_for_its_aggregator_with_128_plus_it_and_its_closing_line(
+    federation: Path,  # noqa: F811
+    signum: signal.Signals,
+    said: str,
+) -> None:
+    """`fedfair auditor start` as a real process, waiting for an aggregator nobody serves (127.0.0.1:9 refuses;
+    the wait for a first answer is 45 s): SIGTERM, as systemd, Docker or `timeout` send it, stops it as Ctrl-C
+    does, within seconds, with 128 + the signal (143, 130) and a closing line naming the stop and where its state
+    is kept. SIGTERM ended it on the spot (-15, no line); Ctrl-C returned 130 with no line."""
+    folder = federation / AUDITOR
+    command = [sys.executable, "-m", "fedfair.cli", "auditor", "start", "--aggregator", "127.0.0.1:9"]
+    command += ["--cert", str(federation / "ca" / f"{AUDITOR}.crt"), "--key", str(folder / f"{AUDITOR}.key")]
+    command += ["--manifest", str(federation / "manifest.toml"), "--folder", str(folder)]
+    console = federation / "console.txt"
+    with console.open("w") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, text=True)
+        try:
+            # Its first refused dial says it waits (on the console): the signal handlers are in place by then.
+            assert eventually(lambda: "no answer yet from the aggregator" in console.read_text(), 120), (
+                console.read_text()
+            )
+            began = time.monotonic()
+            process.send_signal(signum)
+            status = process.wait(60)
+        finally:
+            process.kill()
+    # Within the back-off's next pause (at most 1 s) on a loaded machine too, well before the 45 s wait's end.
+    assert time.monotonic() - began < 20.0
+    lines = console.read_text().strip().splitlines()
+    assert status == 128 + signum, lines
+    closing = f"{AUDITOR}: stopped by {said}; what it keeps of the federation (totals.json, noise.secret) is in"
+    assert closing in lines[-1] and str(folder) in lines[-1], lines[-3:]  # its closing line comes last
+    assert "start it again with the same command and folder" in lines[-1]
+
+
+def test_the_auditors_watchdog_logs_as_the_auditor(
+    federation: Path,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The shared idle watchdog's lines (its waiting line, its aggregator-silent error) log as fedfair.auditor
+    when the auditor runs it, where they logged as fedfair.collaborator: on a 1 s idle timeout, a line every 0.25 s
+    of waiting for the first task, then the expiry (with no connection, nothing to close)."""
+    config = dataclasses.replace(auditor_config(federation, "127.0.0.1:9"), idle_timeout_seconds=1.0)
+    watchdog = AuditorProcess(config, retry=QUICK).connection.watchdog
+    with caplog.at_level(logging.INFO), watchdog.watching():
+        assert eventually(lambda: watchdog.expired is not None, 60)
+    waiting = [r for r in caplog.records if r.getMessage().startswith(f"{AUDITOR}: waiting for the first task")]
+    silent = [r for r in caplog.records if r.getMessage().startswith(f"{AUDITOR}: aggregator-silent: ")]
+    assert waiting and len(silent) == 1, caplog.text
+    assert {record.name for record in waiting + silent} == {"fedfair.auditor"}
+    assert not [record for record in caplog.records if record.name == "fedfair.collaborator"]
 
 
 def test_a_folder_restored_in_part_is_refused_before_the_auditor_dials(federation: Path) -> None:  # noqa: F811

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
@@ -16,7 +17,8 @@ from fedfair.runtime.local.workspace import make_workspace
 from fedfair.runtime.peer.connection import get_plan
 from fedfair.runtime.peer.retries import Backoff, Target
 from fedfair.runtime.peer.uplink import federation_stub
-from fedfair.runtime.stops import Stopped, stop_name, stop_on_signals, stop_status
+from fedfair.runtime.observe.logs import CLOSING
+from fedfair.runtime.stops import Stopped, say_stopped, stop_name, stop_on_signals, stop_status
 from fedfair.runtime.transport import secure_channel
 
 
@@ -91,3 +93,24 @@ def test_a_stop_dropped_inside_a_call_still_ends_the_wait_for_a_first_answer(tmp
     assert config.retry.start_wait_seconds == 45.0
     assert stop_status(stopped.value) == 128 + signal.SIGTERM
     assert isinstance(stopped.value.__cause__, FailureError)
+
+
+@pytest.mark.parametrize(
+    ("stop", "how", "status"),
+    [
+        (Stopped(signal.SIGTERM), "SIGTERM", 143),
+        (Stopped(signal.SIGINT), "Ctrl-C (SIGINT)", 130),
+        (KeyboardInterrupt(), "Ctrl-C (SIGINT)", 130),
+    ],
+)
+def test_a_parties_closing_line_names_the_stop_and_how_to_go_on(
+    stop: KeyboardInterrupt, how: str, status: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The collaborator's and the auditor's last line: a warning marked as the closing line (the console ends its
+    progress bar first), "<party>: stopped by <how>; <then>"; the status a shell reports for that signal."""
+    logger = logging.getLogger("fedfair.auditor")
+    with caplog.at_level(logging.WARNING, logger="fedfair.auditor"):
+        assert say_stopped(stop, "audit-co", "its state is in here: start it again", logger) == status
+    (record,) = caplog.records
+    assert record.getMessage() == f"audit-co: stopped by {how}; its state is in here: start it again"
+    assert record.levelno == logging.WARNING and getattr(record, CLOSING) is True

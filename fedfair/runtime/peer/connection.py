@@ -198,7 +198,7 @@ class Connection(Generic[Settings]):
         self.jobs: ThreadPoolExecutor | None = None
         """Runs each round's start-stage job beside the current connection's task stream (None between them)."""
         self._channel: grpc.Channel | None = None
-        self.watchdog = Watchdog(config.name, config.aggregator, config.idle_timeout_seconds, self._silenced)
+        self.watchdog = Watchdog(config.name, config.aggregator, config.idle_timeout_seconds, self._silenced, role=role)
         self._lines = LineBudget(RateLimit(per_second=1.0 / LINE_SECONDS, burst=LINE_BURST))
         """The budget of the lines an aggregator's tasks make this process write (:meth:`warn`)."""
         self._announced = False

@@ -39,6 +39,7 @@ from fedfair.runtime.transport import (
 )
 from fedfair.secagg.round import roster_input
 
+# Only StatusReports logs here, and only a collaborator reports its status: the auditor's Uplink logs nothing.
 logger = logging.getLogger("fedfair.collaborator")
 
 RPC_SECONDS = 60.0

@@ -23,15 +23,13 @@ from fedfair.core.errors import PermanentFailureError
 from fedfair.core.tables import Table
 from fedfair.runtime.failures import AGGREGATOR_SILENT
 
-logger = logging.getLogger("fedfair.collaborator")
-
 DEFAULT_IDLE_TIMEOUT_SECONDS = 3600.0
 """[collaborator] (or [auditor]) idle_timeout_seconds: how long a party waits on its aggregator without progress
 (no task carried out, a download stalled) before it exits with aggregator-silent. An hour: well above a
 round of any plan's default timeouts, and above how long a federation usually takes to gather its quorum."""
 
 REPORT_SECONDS = 60.0
-"""How often a collaborator waiting on its aggregator says so (or four times per idle timeout, if shorter)."""
+"""How often a party waiting on its aggregator says so (or four times per idle timeout, if shorter)."""
 
 
 def idle_timeout(section: Table) -> float:
@@ -54,9 +52,12 @@ class Watchdog:
         limit_seconds: float,
         expire: Callable[[], None],
         *,
+        role: str,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`role` is the party's ("collaborator", "auditor"): its lines log as ``fedfair.<role>``."""
         self.name, self.address, self.limit = name, address, limit_seconds
+        self.logger = logging.getLogger(f"fedfair.{role}")
         self.report_seconds = min(REPORT_SECONDS, limit_seconds / 4)
         self._expire = expire
         self._clock = clock
@@ -80,7 +81,7 @@ class Watchdog:
 
     @contextmanager
     def working(self) -> Iterator[None]:
-        """This collaborator's own work: not counted as a wait; the wait starts again when it ends."""
+        """This party's own work: not counted as a wait; the wait starts again when it ends."""
         with self._lock:
             self._working += 1
         try:
@@ -115,12 +116,12 @@ class Watchdog:
                 self.expired = PermanentFailureError(
                     AGGREGATOR_SILENT, seconds=waited, address=self.address, what=what, limit=self.limit
                 )
-                logger.error("%s: %s", self.name, self.expired)
+                self.logger.error("%s: %s", self.name, self.expired)
                 self._expire()
                 return
             if waited >= reported + self.report_seconds:
                 reported = waited
-                logger.info(
+                self.logger.info(
                     "%s: waiting for %s from the aggregator for %s s (it gives up after %s s without progress)",
                     self.name,
                     what,

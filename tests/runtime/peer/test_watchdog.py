@@ -48,7 +48,7 @@ def test_the_watchdog_reports_a_wait_and_expires_it_but_not_during_own_work(capl
     binary fractions, so the watchdog's differences are exact."""
     now = [0.0]
     expired = threading.Event()
-    watchdog = Watchdog("site-a", "127.0.0.1:1", 0.5, expired.set, clock=lambda: now[0])
+    watchdog = Watchdog("site-a", "127.0.0.1:1", 0.5, expired.set, role="collaborator", clock=lambda: now[0])
 
     def reports() -> list[logging.LogRecord]:
         return [r for r in caplog.records if r.getMessage().startswith("site-a: waiting for round 3")]
