@@ -59,7 +59,7 @@ from fedfair.secagg.recheck import carried_sum, check_reports, checked_peers, cl
 from fedfair.secagg.recovery import Recovery, check_range, survivor_masks, unmasking_streams
 from fedfair.secagg.resum import resum_decides
 from fedfair.secagg.shares import Kind
-from fedfair.secagg.verify import Challenge, TAG_BYTES, aggregate_digest, check_sum, tag_payload
+from fedfair.secagg.verify import Challenge, aggregate_digest, check_sum, tag_payload
 from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, Material, TagSet
 from fedfair.secagg.wire import Header, SUM_STAGES, Stage, check_header, check_ids
 
@@ -501,7 +501,11 @@ class Server:
         return inputs, tuple(seeds), tuple(mask_keys), self._request.signatures
 
     def receive_tag(self, message: AggregateTag) -> None:
-        """Accept one survivor's tags, signed by it over the digest of the aggregate this server claimed."""
+        """Accept one survivor's tags, signed by it over the digest of the aggregate this server claimed.
+
+        ``message`` is as :meth:`AggregateTag.read <fedfair.secagg.verify_messages.AggregateTag.read>` parsed it, so
+        its fields have their lengths; one that did not parse never arrives, and the round goes on as without it.
+        """
         check_header(message, self.config, self._session)
         sender = message.sender
         if sender not in self._masked:
@@ -509,14 +513,8 @@ class Server:
         if sender in self._tags:
             raise ProtocolError(f"party {sender} already tagged the aggregate")
         payload = tag_payload(self._session, self._digest, sender, message.tags, message.values)
-        if len(message.tags) != TAG_BYTES or not is_valid_signature(
-            self._identities[sender], message.signature, payload
-        ):
+        if not is_valid_signature(self._identities[sender], message.signature, payload):
             raise AuthenticationError(f"party {sender}'s tag is not signed by it over the claimed aggregate")
-        if any(len(field) != TAG_BYTES for _, field in message.values):
-            # Signed, but a value no survivor could read: refused here like a bad tag, so the round goes on
-            # without it (as without the tag) instead of failing where the values are summed.
-            raise ProtocolError(f"party {sender}'s tag reports a re-checked value that is not {TAG_BYTES} bytes")
         self._tags[sender] = message
 
     @property
