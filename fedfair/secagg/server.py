@@ -129,6 +129,9 @@ class Server:
         self._tags: dict[int, AggregateTag] = {}
         self._reported_total: tuple[int, ...] | None = None
         """What a re-checked round's reported values must sum to, once computed (:meth:`_claimed_values`)."""
+        self._reports_hold: bool | None = None
+        """Whether the reports of the tags received pass :func:`~fedfair.secagg.recheck.check_reports`, once asked
+        (:meth:`_reports_pass`); None before, and again once a tag arrives or is dropped."""
 
     @property
     def session_id(self) -> bytes:
@@ -516,6 +519,7 @@ class Server:
         if not is_valid_signature(self._identities[sender], message.signature, payload):
             raise AuthenticationError(f"party {sender}'s tag is not signed by it over the claimed aggregate")
         self._tags[sender] = message
+        self._reports_hold = None
 
     @property
     def untagged(self) -> tuple[int, ...]:
@@ -543,23 +547,39 @@ class Server:
         if self._carries is None or self.untagged:
             return ()
         challenge = Challenge(self._session, self._digest, self._sum.size)
+        if self._reports_pass(challenge):
+            return ()
         reports = {party: tag.values for party, tag in self._tags.items()}
-        try:
-            check_reports(reports, self._claimed_values(challenge), config=self.config, survivors=self._survivors)
-        except VerificationError:
-            truth = {party: challenge.dots(self._unmasked_input(party)) for party in self._survivors}
-            false = false_reports(reports, truth, config=self.config, survivors=self._survivors)
-            for checker, why in false.items():
-                self._name(checker, why)
-                self._proven.add(checker)
-                del self._tags[checker]
-            return tuple(false)
-        return ()
+        truth = {party: challenge.dots(self._unmasked_input(party)) for party in self._survivors}
+        false = false_reports(reports, truth, config=self.config, survivors=self._survivors)
+        for checker, why in false.items():
+            self._name(checker, why)
+            self._proven.add(checker)
+            del self._tags[checker]
+            self._reports_hold = None
+        return tuple(false)
+
+    def _reports_pass(self, challenge: Challenge) -> bool:
+        """Whether the reports of the tags received pass :func:`~fedfair.secagg.recheck.check_reports`, checked once.
+
+        Both :meth:`refuse_false_reports` and :meth:`tags_add_up` ask, in the same round over the same tags; the
+        answer is kept until a tag arrives or is dropped.
+        """
+        if self._reports_hold is None:
+            reports = {party: tag.values for party, tag in self._tags.items()}
+            try:
+                check_reports(reports, self._claimed_values(challenge), config=self.config, survivors=self._survivors)
+            except VerificationError:
+                self._reports_hold = False
+            else:
+                self._reports_hold = True
+        return self._reports_hold
 
     def _claimed_values(self, challenge: Challenge) -> tuple[int, ...]:
         """:func:`~fedfair.secagg.recheck.claimed_values` of this re-checked claim, computed once (two d-word passes).
 
-        S', K and so r are fixed from :meth:`claim` on, and both the false reports' search and the tags' check ask.
+        S', K and so r are fixed from :meth:`claim` on; the reports are checked against it again only once a false
+        reporter's tag is dropped (:meth:`_reports_pass`).
         """
         if self._reported_total is None:
             assert self._carries is not None  # a re-checked claim was made
@@ -579,19 +599,9 @@ class Server:
         if self.untagged:
             return False
         challenge = Challenge(self._session, self._digest, self._sum.size)
-        tags = [self._tags[party] for party in sorted(self._tags)]
-        if self._carries is not None:
-            reports = {tag.sender: tag.values for tag in tags}
-            try:
-                check_reports(
-                    reports,
-                    self._claimed_values(challenge),
-                    config=self.config,
-                    survivors=self._survivors,
-                )
-            except VerificationError:
-                return False
-        return check_sum(challenge.dots(self._sum), (tag.tags for tag in tags))
+        if self._carries is not None and not self._reports_pass(challenge):
+            return False
+        return check_sum(challenge.dots(self._sum), (self._tags[party].tags for party in sorted(self._tags)))
 
     def tag_set(self) -> TagSet:
         """Close VERIFY: relay every tag received to every survivor, which then checks them (:meth:`Client.verify`).
