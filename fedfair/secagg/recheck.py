@@ -21,7 +21,7 @@ from fedfair.secagg import prg
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.messages import AdvertiseKeys
 from fedfair.secagg.recovery import Secrets, survivor_masks
-from fedfair.secagg.verify import CHECKS, TAG_BYTES, TAG_MODULUS, Challenge, decode_tags, encode_tags
+from fedfair.secagg.verify import CHECKS, TAG_MODULUS, Challenge, decode_tags, encode_tags
 
 CARRY_DTYPE = np.dtype("<u2")
 """The carries travel as 16-bit two's-complement words: |K_j| < n, so up to 2^15 - 1 survivors."""
@@ -126,8 +126,8 @@ def check_reports(
     :func:`claimed_values` of the claim this party tagged.
 
     Raises:
-        VerificationError: BAD_TAG where a survivor's report is missing, names other peers than
-            :func:`checked_peers` gives it, or holds a value that is not TAG_BYTES long; FORGED where two checkers of a survivor report different values (one
+        VerificationError: BAD_TAG where a survivor's report is missing or names other peers than
+            :func:`checked_peers` gives it; FORGED where two checkers of a survivor report different values (one
             of them lied about its masked input), or where the values do not sum to ``expected`` (the sum, or its
             carries, are not those of the survivors' masked inputs).
     """
@@ -145,13 +145,6 @@ def check_reports(
                 f"{', '.join(map(config.name_of, wanted))}",
             )
         for peer, field in report:
-            if len(field) != TAG_BYTES:  # signed by its checker, but no value: refused, never read (decode raises)
-                raise VerificationError(
-                    round_number,
-                    VerifyReason.BAD_TAG,
-                    f"{config.name_of(checker)}'s tag reports a value of {len(field)} bytes for "
-                    f"{config.name_of(peer)}; a re-checked value is {TAG_BYTES}",
-                )
             value = decode_tags(field)
             if values.setdefault(peer, value) != value:
                 raise VerificationError(

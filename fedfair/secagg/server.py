@@ -59,7 +59,7 @@ from fedfair.secagg.recheck import carried_sum, check_reports, checked_peers, cl
 from fedfair.secagg.recovery import Recovery, check_range, survivor_masks, unmasking_streams
 from fedfair.secagg.resum import resum_decides
 from fedfair.secagg.shares import Kind
-from fedfair.secagg.verify import Challenge, TAG_BYTES, aggregate_digest, check_sum, tag_payload
+from fedfair.secagg.verify import Challenge, aggregate_digest, check_sum, tag_payload
 from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, Material, TagSet
 from fedfair.secagg.wire import Header, SUM_STAGES, Stage, check_header, check_ids
 
@@ -129,6 +129,9 @@ class Server:
         self._tags: dict[int, AggregateTag] = {}
         self._reported_total: tuple[int, ...] | None = None
         """What a re-checked round's reported values must sum to, once computed (:meth:`_claimed_values`)."""
+        self._reports_hold: bool | None = None
+        """Whether the reports of the tags received pass :func:`~fedfair.secagg.recheck.check_reports`, once asked
+        (:meth:`_reports_pass`); None before, and again once a tag arrives or is dropped."""
 
     @property
     def session_id(self) -> bytes:
@@ -501,7 +504,11 @@ class Server:
         return inputs, tuple(seeds), tuple(mask_keys), self._request.signatures
 
     def receive_tag(self, message: AggregateTag) -> None:
-        """Accept one survivor's tags, signed by it over the digest of the aggregate this server claimed."""
+        """Accept one survivor's tags, signed by it over the digest of the aggregate this server claimed.
+
+        ``message`` is as :meth:`AggregateTag.read <fedfair.secagg.verify_messages.AggregateTag.read>` parsed it, so
+        its fields have their lengths; one that did not parse never arrives, and the round goes on as without it.
+        """
         check_header(message, self.config, self._session)
         sender = message.sender
         if sender not in self._masked:
@@ -509,15 +516,10 @@ class Server:
         if sender in self._tags:
             raise ProtocolError(f"party {sender} already tagged the aggregate")
         payload = tag_payload(self._session, self._digest, sender, message.tags, message.values)
-        if len(message.tags) != TAG_BYTES or not is_valid_signature(
-            self._identities[sender], message.signature, payload
-        ):
+        if not is_valid_signature(self._identities[sender], message.signature, payload):
             raise AuthenticationError(f"party {sender}'s tag is not signed by it over the claimed aggregate")
-        if any(len(field) != TAG_BYTES for _, field in message.values):
-            # Signed, but a value no survivor could read: refused here like a bad tag, so the round goes on
-            # without it (as without the tag) instead of failing where the values are summed.
-            raise ProtocolError(f"party {sender}'s tag reports a re-checked value that is not {TAG_BYTES} bytes")
         self._tags[sender] = message
+        self._reports_hold = None
 
     @property
     def untagged(self) -> tuple[int, ...]:
@@ -545,23 +547,39 @@ class Server:
         if self._carries is None or self.untagged:
             return ()
         challenge = Challenge(self._session, self._digest, self._sum.size)
+        if self._reports_pass(challenge):
+            return ()
         reports = {party: tag.values for party, tag in self._tags.items()}
-        try:
-            check_reports(reports, self._claimed_values(challenge), config=self.config, survivors=self._survivors)
-        except VerificationError:
-            truth = {party: challenge.dots(self._unmasked_input(party)) for party in self._survivors}
-            false = false_reports(reports, truth, config=self.config, survivors=self._survivors)
-            for checker, why in false.items():
-                self._name(checker, why)
-                self._proven.add(checker)
-                del self._tags[checker]
-            return tuple(false)
-        return ()
+        truth = {party: challenge.dots(self._unmasked_input(party)) for party in self._survivors}
+        false = false_reports(reports, truth, config=self.config, survivors=self._survivors)
+        for checker, why in false.items():
+            self._name(checker, why)
+            self._proven.add(checker)
+            del self._tags[checker]
+            self._reports_hold = None
+        return tuple(false)
+
+    def _reports_pass(self, challenge: Challenge) -> bool:
+        """Whether the reports of the tags received pass :func:`~fedfair.secagg.recheck.check_reports`, checked once.
+
+        Both :meth:`refuse_false_reports` and :meth:`tags_add_up` ask, in the same round over the same tags; the
+        answer is kept until a tag arrives or is dropped.
+        """
+        if self._reports_hold is None:
+            reports = {party: tag.values for party, tag in self._tags.items()}
+            try:
+                check_reports(reports, self._claimed_values(challenge), config=self.config, survivors=self._survivors)
+            except VerificationError:
+                self._reports_hold = False
+            else:
+                self._reports_hold = True
+        return self._reports_hold
 
     def _claimed_values(self, challenge: Challenge) -> tuple[int, ...]:
         """:func:`~fedfair.secagg.recheck.claimed_values` of this re-checked claim, computed once (two d-word passes).
 
-        S', K and so r are fixed from :meth:`claim` on, and both the false reports' search and the tags' check ask.
+        S', K and so r are fixed from :meth:`claim` on; the reports are checked against it again only once a false
+        reporter's tag is dropped (:meth:`_reports_pass`).
         """
         if self._reported_total is None:
             assert self._carries is not None  # a re-checked claim was made
@@ -581,19 +599,9 @@ class Server:
         if self.untagged:
             return False
         challenge = Challenge(self._session, self._digest, self._sum.size)
-        tags = [self._tags[party] for party in sorted(self._tags)]
-        if self._carries is not None:
-            reports = {tag.sender: tag.values for tag in tags}
-            try:
-                check_reports(
-                    reports,
-                    self._claimed_values(challenge),
-                    config=self.config,
-                    survivors=self._survivors,
-                )
-            except VerificationError:
-                return False
-        return check_sum(challenge.dots(self._sum), (tag.tags for tag in tags))
+        if self._carries is not None and not self._reports_pass(challenge):
+            return False
+        return check_sum(challenge.dots(self._sum), (self._tags[party].tags for party in sorted(self._tags)))
 
     def tag_set(self) -> TagSet:
         """Close VERIFY: relay every tag received to every survivor, which then checks them (:meth:`Client.verify`).

@@ -27,7 +27,6 @@ from fedfair.secagg.recheck import CARRY_DTYPE, check_reports, checked_peers, cl
 from fedfair.secagg.resum import check_inputs, check_resummed, committed_secrets, resum_decides
 from fedfair.secagg.verify import (
     BLOCK,
-    TAG_BYTES,
     Challenge,
     aggregate_digest,
     check_sum,
@@ -198,7 +197,7 @@ def check_tags(
         if entry.sender not in survivors or entry.sender in fields:
             raise VerificationError(round_number, VerifyReason.BAD_TAG, f"{name} is not a survivor or tagged twice")
         payload = tag_payload(session, tagged.digest, entry.sender, entry.tags, entry.values)
-        if len(entry.tags) != TAG_BYTES or not is_valid_signature(identities[entry.sender], entry.signature, payload):
+        if not is_valid_signature(identities[entry.sender], entry.signature, payload):
             raise VerificationError(
                 round_number,
                 VerifyReason.BAD_TAG,

@@ -14,7 +14,9 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 
+from fedfair.core.errors import ProtocolError
 from fedfair.secagg.codec import Reader, Writer
+from fedfair.secagg.verify import TAG_BYTES
 from fedfair.secagg.wire import (
     SIGNATURE_LIMIT,
     Header,
@@ -104,6 +106,14 @@ Material = tuple[
 """A :class:`ResumMaterial`'s fields in their order: inputs, seeds, mask_keys, signatures."""
 
 
+def _tag_field(reader: Reader, what: str) -> bytes:
+    """The next blob, which must be a tags field (TAG_BYTES: CHECKS 256-bit integers); ProtocolError naming ``what``."""
+    try:
+        return reader.fixed(TAG_BYTES)
+    except ProtocolError as error:
+        raise ProtocolError(f"{error} ({what})") from None
+
+
 def _write_material(writer: Writer, material: ResumMaterial) -> None:
     """Append the re-sum material: the inputs, then the seeds, the mask keys and the signatures as (party, bytes)."""
     writer.u32(len(material.inputs))
@@ -147,9 +157,21 @@ class AggregateTag(Wire):
 
     @classmethod
     def read(cls, header: Header, reader: Reader) -> AggregateTag:
-        """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
-        sender, tags, signature = reader.u32(), reader.blob(TAGS_LIMIT), reader.blob(SIGNATURE_LIMIT)
-        return cls(header, sender, tags, signature, reader.pairs(TAGS_LIMIT))
+        """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes.
+
+        The one place a tag's lengths are checked: its tags field and every reported value are exactly
+        :data:`~fedfair.secagg.verify.TAG_BYTES` long, so no reader of a parsed tag meets a field it cannot decode.
+        A field of another length is refused naming the sender the tag claims (it may be signed by it: a site
+        alone can send one).
+        """
+        sender = reader.u32()
+        tags = _tag_field(reader, f"party {sender}'s tags field")
+        signature = reader.blob(SIGNATURE_LIMIT)
+        values = []
+        for _ in range(reader.u32()):
+            peer = reader.u32()
+            values.append((peer, _tag_field(reader, f"party {sender}'s re-checked value of party {peer}")))
+        return cls(header, sender, tags, signature, tuple(values))
 
 
 @dataclass(frozen=True, eq=False)
@@ -182,9 +204,6 @@ class TagSet(Wire):
         """The message whose fields follow ``header`` in ``reader``; ProtocolError on malformed bytes."""
         return cls(header, read_messages(reader, AggregateTag.read), *_read_material(reader))
 
-
-TAGS_LIMIT = 64
-"""The longest tags field: two 256-bit tags."""
 
 SECRET_LIMIT = 64
 """The longest rebuilt secret a claim carries (a seed or a raw X25519 key: 32 bytes)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -85,11 +86,11 @@ def test_a_sum_forged_with_a_colluding_site_is_refused_by_every_site(tmp_path: P
     assert [record["status"] for record in log][: FORGED_ROUND - 1] == ["applied"] * (FORGED_ROUND - 1), log
 
 
-@pytest.mark.slow
-def test_a_site_that_reports_a_false_value_is_named_and_the_round_applies(tmp_path: Path, processes: Processes) -> None:
-    """site-d moves its first re-checked value of round 2 by 1 and signs it (the re-check red team's finding 2).
+def lying_federation(tmp_path: Path, processes: Processes, how: str) -> tuple[Workspace, list[dict[str, Any]]]:
+    """Four sites and an honest aggregator, site-d lying in round FORGED_ROUND `how` (lying_site.py's LIES).
 
-    Four sites, so that three remain for ``max_colluding = 1`` once site-d is excluded.
+    Four, so that three remain for ``max_colluding = 1`` once site-d is left out. Returns once site-a, b and c
+    have each ended, exit 0 with every round counted: the workspace and rounds.jsonl's records.
     """
     names = (*NAMES, "site-d")
     workspace = rechecked_workspace(tmp_path, names)
@@ -97,7 +98,7 @@ def test_a_site_that_reports_a_false_value_is_named_and_the_round_applies(tmp_pa
     assert processes.children[0].seen.wait(120), processes.tail()
     sites = {name: start_above_the_bound(processes, name, collaborator_command(workspace, name)) for name in NAMES}
     liar_command = collaborator_command(workspace, "site-d")[len(FEDFAIR_COMMAND) :]
-    command = [sys.executable, str(LYING), str(FORGED_ROUND), *liar_command]
+    command = [sys.executable, str(LYING), str(FORGED_ROUND), how, *liar_command]
     liar = Child("site-d", command, env=child_environment(), sink=processes.log)
     processes.children.append(liar)
     for name, site in sites.items():
@@ -106,9 +107,33 @@ def test_a_site_that_reports_a_false_value_is_named_and_the_round_applies(tmp_pa
         assert record.refusal is None and record.contributed == ROUNDS, (name, record.refusal, record.contributed)
     log = read_round_log(workspace.output)
     assert [(record["round"], record["status"]) for record in log] == [(n, "applied") for n in range(1, ROUNDS + 1)]
+    assert log[FORGED_ROUND - 1]["contributors"] == list(names), log  # its input is in the sum the others re-summed
+    return workspace, log
+
+
+@pytest.mark.slow
+def test_a_site_that_reports_a_false_value_is_named_and_the_round_applies(tmp_path: Path, processes: Processes) -> None:
+    """site-d moves its first re-checked value of round 2 by 1 and signs it (the re-check red team's finding 2)."""
+    _workspace, log = lying_federation(tmp_path, processes, "moved")
     named = log[FORGED_ROUND - 1]
     assert set(named.get("excluded", {})) == {"site-d"}, named  # the honest checker of the same peer is not named
     assert "re-checked value" in named["excluded"]["site-d"], named
-    assert named["contributors"] == list(names), named  # its input is in the sum the others re-summed
     for record in log[FORGED_ROUND:]:
         assert record["contributors"] == list(NAMES), record
+
+
+@pytest.mark.slow
+def test_a_site_whose_value_is_cut_short_is_refused_as_read_and_the_round_applies(
+    tmp_path: Path, processes: Processes
+) -> None:
+    """site-d cuts its first re-checked value of round 2 to 31 bytes and signs it (the re-check red team's finding 1).
+
+    The aggregator's reader refuses the tag, naming its sender in the refusal's log line; the round goes on as
+    without that tag, re-summed by the others from the tag set. A refused upload proves nothing to exclude for.
+    """
+    _workspace, log = lying_federation(tmp_path, processes, "short")
+    assert "excluded" not in log[FORGED_ROUND - 1], log
+    refusals = [line for line in processes.log.getvalue().splitlines() if "re-checked value of party" in line]
+    assert refusals and all("site-d" in line and "party 4's" in line and "31 bytes" in line for line in refusals), (
+        refusals or processes.tail()
+    )

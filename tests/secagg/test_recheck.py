@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,9 +19,9 @@ from hypothesis import strategies as st
 
 from fedfair.core.errors import VerificationError, VerifyReason
 from fedfair.pki.identity import sign
-from fedfair.secagg import config as config_module
+from fedfair.secagg import config as config_module, server as server_module
 from fedfair.secagg.masked_round import SECURE_ROUND
-from fedfair.secagg.recheck import MOST_SURVIVORS, carried_sum, checked_peers
+from fedfair.secagg.recheck import MOST_SURVIVORS, carried_sum, check_reports, checked_peers
 from fedfair.secagg.simulate import DropOut, simulate_round
 from fedfair.secagg.verify import Challenge, aggregate_digest, decode_tags, encode_tags, tag_payload
 from fedfair.secagg.verify_messages import AggregateClaim, AggregateTag, TagSet
@@ -367,3 +368,31 @@ def test_a_party_that_missed_the_round_is_kept_the_claim_every_survivor_shares()
     for claim in opening.inputs.values():
         assert replace(claim, inputs=()).to_bytes() == shared.to_bytes() and len(claim.inputs) == 2
     assert shared.to_bytes() == harness.server.claim().to_bytes()
+
+
+@pytest.mark.parametrize("liar", [None, 1])
+def test_the_reports_are_checked_once_a_round(liar: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The false reports' search and the tags' check ask alike; the server checks the reports once and keeps it.
+
+    An honest round checks them once (both ask). Where a report is false, the liar is still named and its tag
+    dropped after that one check, and the tags' check then finds a tag missing before it asks.
+    """
+    harness, claims = rechecked_round()
+    tags = honest_tags(harness, claims)
+    if liar is not None:
+        peer = tags[liar].values[0][0]
+        tags[liar] = resigned(harness, tags[liar], claims[liar], moved_report(tags[liar].values, peer))
+    calls: list[int] = []
+
+    def counted(*args: Any, **keywords: Any) -> None:
+        calls.append(1)
+        check_reports(*args, **keywords)
+
+    monkeypatch.setattr(server_module, "check_reports", counted)
+    assert withheld(harness, tags) is None
+    if liar is None:
+        assert harness.server.culprits == {} and harness.server.tags_add_up()
+    else:
+        assert set(harness.server.excluded()) == {liar} and harness.server.untagged == (liar,)
+        assert not harness.server.tags_add_up()
+    assert len(calls) == 1

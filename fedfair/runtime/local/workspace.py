@@ -34,7 +34,9 @@ def free_port() -> int:
     low = 32_768
     if EPHEMERAL_RANGE.is_file():
         low = int(EPHEMERAL_RANGE.read_text().split()[0])
-    for _ in range(64) if low - LISTENING_FLOOR > 1_000 else ():
+    if low - LISTENING_FLOOR <= 1_000:
+        return _kernel_port()  # too few ports below the range to find a free one by chance
+    for _ in range(64):
         port = LISTENING_FLOOR + secrets.randbelow(low - LISTENING_FLOOR)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:
@@ -42,6 +44,11 @@ def free_port() -> int:
             except OSError:
                 continue
             return port
+    return _kernel_port()
+
+
+def _kernel_port() -> int:
+    """A free loopback port the kernel picks (from its ephemeral range)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
