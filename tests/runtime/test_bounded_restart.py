@@ -17,6 +17,7 @@ import pytest
 from fedfair.core.errors import Refusal, RefusedError, VerificationError, VerifyReason
 from fedfair.runtime.collaborator.kinds.bounded_settlement import kept_round, settlement_path
 from fedfair.runtime.contract import ACCEPTED
+from fedfair.secagg.bounded.record import RECORD_PREFIX, claimed_context
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import RoundVerifier
 from tests.runtime.forging_aggregator import frame
@@ -138,3 +139,28 @@ def test_a_damaged_settlement_is_a_withdrawal_naming_the_file(
     refused = outcome.verdicts[RESTARTED]
     assert isinstance(refused, RefusedError) and refused.reason is Refusal.WITHDRAWN
     assert f"{RESTARTED}." in str(refused) and "is damaged" in str(refused), refused
+
+
+def test_a_restarted_site_sent_a_record_of_another_run_of_its_round_withdraws(
+    bounded: Federation,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The record names the digest of the context it is of (its signature binds the real one, so a site that shared
+    in this process reads past a wrong name): one naming another run (another session) than the kept part's is not
+    the round the site shared in, so the restarted site withdraws, its update in no sum of that run, rather than refuse
+    the record as forged. The round is then void for want of its tags."""
+
+    def of_another_run(record: bytes, server: object) -> bytes:
+        moved = bytearray(record)
+        moved[8 + len(RECORD_PREFIX) + 8] ^= 1  # the first byte of the context digest the body names
+        assert claimed_context(bytes(moved)) != claimed_context(record)
+        return bytes(moved)
+
+    with_folders(bounded)
+    outcome = run_round(bounded, monkeypatch, record=of_another_run, restarted=(RESTARTED,))
+    refused = outcome.verdicts[RESTARTED]
+    assert isinstance(refused, RefusedError) and refused.reason is Refusal.WITHDRAWN, refused
+    assert "another run of round 1 than the one this site shared in" in str(refused)
+    assert set(outcome.verdicts) == {RESTARTED}, outcome.verdicts  # the others tagged it
+    withheld = outcome.server.tags_withheld()
+    assert withheld is not None and RESTARTED in withheld, withheld
