@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from fedfair.secagg.bounded.layout import DEFAULT_POINTS
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -65,10 +67,10 @@ def test_a_sites_bytes_by_part_add_up_to_what_it_sent_and_was_sent(benchmarks: t
     upload, record = measured["site_upload_parts"], measured["site_record_parts"]
     assert sum(upload.values()) == measured["site_upload_bytes"]
     assert sum(record.values()) == measured["site_record_bytes"]
-    # x at 61 bits a coordinate; the proof's share is its 2N - 1 = 127 polynomial values and the 32-byte seed of its
-    # wire seeds, not the 4c wire seeds themselves; the rest is the length prefixes of the messages' fields.
+    # x at 61 bits a coordinate; the proof's share is its 2N - 1 polynomial values and the 32-byte seed of its wire
+    # seeds, not the 4c wire seeds themselves; the rest is the length prefixes of the messages' fields.
     assert upload["x_share"] == (61 * dimension + 7) // 8
-    assert upload["proof_share"] == (61 * 127 + 7) // 8 + 32
+    assert upload["proof_share"] == (61 * (2 * DEFAULT_POINTS - 1) + 7) // 8 + 32
     assert 0 < upload["framing"] <= 128 and 0 < record["framing"] <= 100 + 48 * parties  # 8-byte prefixes, ids
     assert record["total"] == (61 * dimension + 7) // 8
     assert record["verifier_messages"] == 2 * parties * report["verifier_message_bytes"]

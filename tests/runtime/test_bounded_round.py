@@ -149,13 +149,15 @@ def bounded(federation: Path) -> Federation:  # noqa: F811
 
 @dataclass
 class Outcome:
-    """What one round left: the aggregator's server and config, each site's verdict (or refusal), the updates."""
+    """What one round left: the aggregator's server and config, each site's verdict (or refusal), the updates, and
+    each site's work (its round state)."""
 
     server: Any
     names: Any
     config: Any
     verdicts: dict[str, bytes | Exception]
     updates: dict[str, np.ndarray]
+    works: dict[str, Work]
 
 
 def run_round(
@@ -168,12 +170,15 @@ def run_round(
     auditor: Any = None,
     lost: tuple[str, ...] = (),
     round_number: int = 1,
+    restarted: tuple[str, ...] = (),
 ) -> Outcome:
     """A round (1 unless `round_number`, on :data:`MODEL`) as the driver runs it, stage by stage; `liar` lies at
     `factor`; `record` may alter the record sent.
 
     `auditor(spec, inputs)` makes the auditor's uploads (default: its state derived here); the SHARE uploads of
-    `lost` never reach the aggregator (they are absent: their stage timed out).
+    `lost` never reach the aggregator (they are absent: their stage timed out). The sites `restarted` restart between
+    SHARE and DECIDE: each is a new Participant from the same settings (a new process's), with none of the round in
+    memory, only what its folder keeps.
     """
     parameters = bounded.parameters(round_number)
     config = parameters.secagg_config(bounded.loaded.federation_id, BOUNDED_TRAINING)
@@ -197,6 +202,10 @@ def run_round(
         inputs = parameters.to_bytes() if opening.inputs is None else opening.inputs.to_bytes()
         if spec.stage is BoundedStage.DECIDE and record is not None:
             inputs = record(inputs, server)
+        if spec.stage is BoundedStage.DECIDE:
+            for name in restarted:
+                bounded.sites[name] = dataclasses.replace(bounded.sites[name])
+                works[name] = Work(round_number, BOUNDED_TRAINING, None, works[name].weight, model=MODEL)
         if opening.among != (AUDITOR_PARTY,):  # what a site reads is within what it admits
             wire = BOUNDED_TRAINING.wire(spec)
             task = pb.Task(binding=make_binding("", 0, wire))
@@ -241,7 +250,7 @@ def run_round(
             opening = None if spec.close is None else spec.close(server)
         if opening is None:
             break
-    return Outcome(server, names, config, verdicts, updates)
+    return Outcome(server, names, config, verdicts, updates, works)
 
 
 def auditor_of(bounded: Federation, parameters: RoundParameters, config: Any) -> Any:

@@ -152,15 +152,15 @@ def bounded_check_lines(trained_noise: bool) -> list[str]:
         leaver = (
             "its input is in the total that was formed, so the next round on the same model waits once for it and "
             "is void naming it if it does not return: one that never returns keeps the model as it is for the rest "
-            "of the federation"
+            "of the federation, which ends in bounded time (exit 3) with that model"
         )
     return [
         "training sums: bounded sums, each checked by every accepted site's tags of its own share and the auditor's "
         "tags of its total; no site re-sums the shares, so the check is sound against the aggregator alone, not "
         "against a colluding site (the model still moves no further than the plan's sum bound)",
         f"a site that leaves after sharing and before its tags voids that round (the total cannot be checked "
-        f"without them); {leaver}; "
-        "a site lost after its tags costs no round",
+        f"without them); {leaver}; a site that refuses its verdict record (FORGED: one the aggregator tampered "
+        "with) tags nothing and is such a leaver; a site lost after its tags costs no round",
         "a site whose proof fails is left out and named a liar by every site's own check of the verdict record; a "
         "site the aggregator's false verifier message leaves out shows it with the part it sent the aggregator, and "
         "every site refuses the round naming the aggregator (FRAMED); both verifiers sign their messages under the "

@@ -10,6 +10,8 @@ verifiers say to each other.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -21,11 +23,53 @@ from fedfair.secagg.bounded.messages import Exchange, SeedRelay, SignedRoundKey,
 from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.parameters import BoundedParameters
 from fedfair.secagg.bounded.record import Dispute, RoundFindings, VerdictRecord, check_round_evidence, framing
-from fedfair.secagg.bounded.shares import HelperShare, Witness, honest_witness
+from fedfair.secagg.bounded.shares import SEED_BYTES, HelperShare, Witness, honest_witness
+from fedfair.secagg.codec import Reader, Writer
 from fedfair.secagg.bounded.total import SignedTags, TagSet, record_digest, sign_tags, verified_total
 from fedfair.secagg.bounded.upload import LeaderUpload, make_uploads
 from fedfair.secagg.bounded.verifier import Role, Verdict, Verifier
 from fedfair.secagg.bounded.verifying import RoundVerifier
+
+
+SETTLEMENT_PREFIX = b"fedfair bounded v1 settlement\x00"
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """What a site that shared needs to answer the round's verdict record, kept so that a restart does not lose it.
+
+    auditor_cipher_key: the auditor's round key, as the site checked its signature (the round's context follows).
+    upload: the part the site sent the aggregator: what its tags are of, and what its dispute shows.
+    helper_share: the auditor's share, as the auditor opens it: what the auditor's message about the site is of.
+
+    Secret: the two shares together are the site's update. Its witness and the update itself are not needed.
+    """
+
+    auditor_cipher_key: bytes
+    upload: LeaderUpload
+    helper_share: HelperShare
+
+    def to_bytes(self) -> bytes:
+        """Canonical bytes: a prefix, then each field."""
+        writer = Writer().blob(self.auditor_cipher_key).blob(self.upload.to_bytes())
+        return SETTLEMENT_PREFIX + writer.blob(self.helper_share.to_bytes()).getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Settlement:
+        """Parse :meth:`to_bytes`.
+
+        Raises:
+            ProtocolError: the bytes are not a settlement (damaged, or another file).
+        """
+        if not data.startswith(SETTLEMENT_PREFIX):
+            raise ProtocolError("not a fedfair bounded v1 settlement")
+        reader = Reader(data[len(SETTLEMENT_PREFIX) :])
+        cipher_key, upload = reader.blob(64), LeaderUpload.from_bytes(reader.blob())
+        helper_share = HelperShare.from_bytes(reader.blob(3 * SEED_BYTES))
+        reader.finish()
+        if helper_share is None:
+            raise ProtocolError("a settlement's auditor share is not a seed and two parts")
+        return cls(cipher_key, upload, helper_share)
 
 
 class BoundedSite:
@@ -71,6 +115,33 @@ class BoundedSite:
         )
         self._upload = leader
         return SiteShare(leader, sealed)
+
+    def settlement(self) -> Settlement:
+        """What this site needs past SHARE (:class:`Settlement`), to keep for a restart (ProtocolError before SHARE)."""
+        if self._context is None or self._upload is None or self._helper_share is None:
+            raise ProtocolError(f"party {self.party} has not shared its update: it has nothing to settle")
+        return Settlement(self._context.auditor_cipher_key, self._upload, self._helper_share)
+
+    @classmethod
+    def resumed(
+        cls,
+        parameters: BoundedParameters,
+        party: int,
+        identity_key: ec.EllipticCurvePrivateKey,
+        settlement: Settlement,
+    ) -> BoundedSite:
+        """The site as it stood after SHARE, from its kept :meth:`settlement`: it checks, tags or disputes the record.
+
+        Raises:
+            ConfigError: the kept round key is not an X25519 key.
+            ProtocolError: the kept part is another party's.
+        """
+        if settlement.upload.party != party:
+            raise ProtocolError(f"the kept part is party {settlement.upload.party}'s, not party {party}'s")
+        site = cls(parameters, party, identity_key)
+        site._context = parameters.context(settlement.auditor_cipher_key)
+        site._upload, site._helper_share = settlement.upload, settlement.helper_share
+        return site
 
     def check(self, record: VerdictRecord) -> RoundFindings:
         """The site's own check of the verdict record (who is in the sum, who was excluded and why); kept for VERIFY.

@@ -31,6 +31,9 @@ from fedfair.secagg.codec import Reader, Writer
 from fedfair.secagg.wire import SIGNATURE_LIMIT
 
 
+RECORD_PREFIX = b"fedfair bounded v1 verdict record\x00"
+
+
 @dataclass(frozen=True)
 class VerdictRecord:
     """The aggregator's signed account of a bounded sum's verdicts.
@@ -68,7 +71,7 @@ class VerdictRecord:
             writer.u32(party).blob(item.leader_message).blob(item.leader_signature)
             writer.blob(item.helper_message).blob(item.helper_signature).blob(item.party_signature)
         writer.blob(self.noise_commitment).blob(prime_field.to_wire(self.total))
-        return b"fedfair bounded v1 verdict record\x00" + writer.getvalue()
+        return RECORD_PREFIX + writer.getvalue()
 
     def is_signed(self, context: BoundedContext) -> bool:
         """Whether the aggregator signed this record for this round."""
@@ -88,10 +91,9 @@ class VerdictRecord:
         outer = Reader(data)
         body, signature = outer.blob(), outer.blob(SIGNATURE_LIMIT)
         outer.finish()
-        prefix = b"fedfair bounded v1 verdict record\x00"
-        if not body.startswith(prefix):
+        if not body.startswith(RECORD_PREFIX):
             raise ProtocolError("malformed verdict record: not a fedfair bounded v1 record")
-        reader = Reader(body[len(prefix) :])
+        reader = Reader(body[len(RECORD_PREFIX) :])
         reader.blob(32)  # the context digest, which the signature binds
         query_seed, accepted = reader.blob(SEED_BYTES), reader.ids()
         excluded = {}
@@ -112,6 +114,14 @@ class VerdictRecord:
         total = prime_field.from_wire(reader.blob(), "the verdict record's total")
         reader.finish()
         return cls(query_seed, accepted, excluded, evidence, noise_commitment, total, signature)
+
+
+def claimed_context(data: bytes | memoryview) -> bytes:
+    """The digest of the context a record's bytes claim to be of (its signature binds it); ProtocolError if malformed."""
+    body = Reader(data).blob()
+    if not body.startswith(RECORD_PREFIX):
+        raise ProtocolError("malformed verdict record: not a fedfair bounded v1 record")
+    return Reader(body[len(RECORD_PREFIX) :]).fixed(32)
 
 
 def sign_record(context: BoundedContext, key: ec.EllipticCurvePrivateKey, record: VerdictRecord) -> VerdictRecord:

@@ -81,6 +81,17 @@ class HelperShare:
         """Bytes of the share's payload on the wire."""
         return 3 * SEED_BYTES
 
+    def to_bytes(self) -> bytes:
+        """Its seed, then the two parts claimed for the aggregator (what the auditor's seal holds)."""
+        return self.seed + self.peer_parts.tests + self.peer_parts.witness
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> HelperShare | None:
+        """Parse :meth:`to_bytes`; None when ``data`` is not three :data:`SEED_BYTES` strings."""
+        if len(data) != 3 * SEED_BYTES:
+            return None
+        return cls(data[:SEED_BYTES], Parts(data[SEED_BYTES : 2 * SEED_BYTES], data[2 * SEED_BYTES :]))
+
 
 def encode_within_bound(vector: np.ndarray, bound_sq: int, fractional_bits: int, randomness_key: bytes) -> np.ndarray:
     """Fixed-point integers of ``vector`` 2^f, stochastically rounded, with squared norm at most ``bound_sq``.

@@ -90,7 +90,7 @@ def share_upload(config: SecAggConfig) -> int:
 
 
 def messages_upload(config: SecAggConfig) -> int:
-    """The largest MESSAGES upload: per site, a commitment and a signed message of about 4 d / 62 elements."""
+    """The largest MESSAGES upload: per site, a commitment and a signed message of about 4 d / (N - 2) elements."""
     return MESSAGE_OVERHEAD_BYTES + config.size * (1024 + field.ELEMENT_BYTES * (config.dimension // 8 + WITNESS_ROOM))
 
 

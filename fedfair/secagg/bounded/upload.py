@@ -152,8 +152,7 @@ def make_uploads(
     ephemeral = keys.generate_key_pair()
     ephemeral_public = keys.public_bytes(ephemeral)
     key = _seed_key(context, party, keys.agree(ephemeral, context.auditor_cipher_key), ephemeral_public)
-    plaintext = helper_share.seed + helper_share.peer_parts.tests + helper_share.peer_parts.witness
-    sealed = keys.seal(key, plaintext, _associated_data(context, party))
+    sealed = keys.seal(key, helper_share.to_bytes(), _associated_data(context, party))
     return (
         LeaderUpload(party, leader_share, digests[1], signature),
         SealedSeed(party, ephemeral_public, sealed, digests[0], signature),
@@ -185,12 +184,9 @@ def open_seed(
     """
     secret = keys.agree(auditor_cipher, upload.ephemeral_key)
     key = _seed_key(context, upload.party, secret, upload.ephemeral_key)
-    plaintext = keys.open_sealed(key, upload.sealed, _associated_data(context, upload.party))
-    if len(plaintext) != 3 * SEED_BYTES:
+    share = HelperShare.from_bytes(keys.open_sealed(key, upload.sealed, _associated_data(context, upload.party)))
+    if share is None:
         raise AuthenticationError(f"party {upload.party}'s sealed seed is not a seed and two parts")
-    share = HelperShare(
-        plaintext[:SEED_BYTES], Parts(plaintext[SEED_BYTES : 2 * SEED_BYTES], plaintext[2 * SEED_BYTES :])
-    )
     signed = statement(context, upload.party, upload.leader_digest, helper_digest(share))
     if not identity.is_valid_signature(client_key, upload.signature, signed):
         raise AuthenticationError(f"party {upload.party}'s upload to the auditor is not signed by it for this round")

@@ -190,10 +190,12 @@ def test_the_wire_values_at_the_query_points_are_masked_jointly() -> None:
     With one seed per wire, L_0(r2) f(r1) - L_0(r1) f(r2) would cancel the seed and leave a function of x
     that two reports of the same x share; with a seed per query point it differs (but w.p. 1/p).
     """
-    layout = Layout(100_000, squared_bound(1.0, 1.0, 10))
+    # d large enough that one call's c products outnumber the witness bits (at N = 256, c is about d / 254)
+    dimension = 400_000
+    layout = Layout(dimension, squared_bound(1.0, 1.0, 10))
     wire = layout.chunk - 1  # holds x alone: the witness bits (which differ per report) fill fewer wires
     assert layout.witness_bits < wire
-    x = field.from_signed(np.round(vector_at(0.9 * 2**10, 100_000, 9)).astype(np.int64))
+    x = field.from_signed(np.round(vector_at(0.9 * 2**10, dimension, 9)).astype(np.int64))
     points = flp.query_points(layout, QUERY_SEED)
     first, second = (flp.lagrange_at(layout.points, point)[0] for point in points)
     eliminated = []

@@ -32,6 +32,7 @@ from fedfair.core.errors import (
     VerificationError,
     VerifyReason,
 )
+from fedfair.runtime.collaborator.kinds.bounded_settlement import drop_settlement, keep_settlement, kept_round
 from fedfair.runtime.collaborator.outcome import Excluded
 from fedfair.runtime.collaborator.steps import Participant, StageInput, Step, Work, register_kind_steps
 from fedfair.runtime.contract import ACCEPTED, RoundParameters, relayed_keys, round_setup
@@ -40,7 +41,7 @@ from fedfair.runtime.plan.bounded_noise import bounded_fractional_bits, bounded_
 from fedfair.secagg.bounded.layout import Layout, squared_bound
 from fedfair.secagg.bounded.parameters import round_parameters
 from fedfair.secagg.bounded.peers import BoundedSite
-from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord
+from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord, claimed_context
 from fedfair.secagg.bounded.shares import Witness, encode_within_bound, honest_witness
 from fedfair.secagg.round import AnyStage, RoundSetup, SecureRound
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND, DECIDE_STAGE, SHARE_STAGE, VERIFY_STAGE
@@ -120,11 +121,64 @@ def share(me: Participant, work: Work, inputs: StageInput) -> bytes:
     upload = spec.step(site, opening, lambda: encoded)
     work.client, work.roster = site, config.parties
     work.view.bind(roster)  # kept on disk before the parts leave
+    keep_settlement(me, work.round, bytes(opening.public), site)  # so does what answers the record after a restart
     return bytes(upload.to_bytes())
 
 
 def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
-    """DECIDE: this site's own check of the verdict record; its signed tags of the total once the record holds up.
+    """DECIDE: :func:`answer` the verdict record, as this process's site or, restarted since SHARE, as the one it kept.
+
+    The kept settlement (:mod:`.bounded_settlement`) is removed once the record is answered, however that ends.
+
+    Raises:
+        What :func:`answer` and :func:`resumed` raise.
+    """
+    site = work.client if isinstance(work.client, BoundedSite) else resumed(me, work, inputs)
+    try:
+        return answer(me, work, site, inputs)
+    finally:
+        drop_settlement(me)
+
+
+def resumed(me: Participant, work: Work, record: StageInput) -> BoundedSite:
+    """This site as it stood after SHARE of `work`'s round, from what it kept there: a restart lost it from memory.
+
+    The round's parameters were checked against the plan before the parts left; they are derived again from the kept
+    copy, with every relayed certificate checked against the manifest again.
+
+    Raises:
+        RefusedError: reason :attr:`Refusal.WITHDRAWN` when this site kept nothing of this round (it did not share it
+            in any process), the kept file is damaged, or the record is of another run of the round (another session)
+            than the one it shared in.
+    """
+    kept = kept_round(me)
+    if kept is None or kept.round != work.round:
+        raise RefusedError(Refusal.WITHDRAWN, DECIDE_STAGE.unready)
+    parameters = me.check_parameters_of(work.round, work.stages, kept.public)
+    config = parameters.secagg_config(me.shared.federation_id, work.stages)
+    bounded = round_parameters(config, site_setup(me, parameters))
+    site = BoundedSite.resumed(bounded, config.party_id(me.name), me.identity_key, kept.settlement)
+    try:
+        claimed = claimed_context(record)
+    except ProtocolError:
+        claimed = b""  # an unreadable record is refused as such by the check that follows (MALFORMED)
+    if claimed and claimed != bounded.context(kept.settlement.auditor_cipher_key).digest:
+        raise RefusedError(
+            Refusal.WITHDRAWN,
+            f"the verdict record is of another run of round {work.round} than the one this site shared in before its "
+            "restart: its update is in no sum of this run",
+        )
+    work.client, work.roster = site, config.parties
+    logger.info(
+        "%s: round %d: took up its shared part, kept before its restart, to answer the verdict record",
+        me.name,
+        work.round,
+    )
+    return site
+
+
+def answer(me: Participant, work: Work, site: BoundedSite, inputs: StageInput) -> bytes:
+    """This site's own check of the verdict record; its signed tags of the total once the record holds up.
 
     The record's bytes are kept in this site's folder before anything leaves (:func:`record_path`), so the liars it
     names, and the total it commits the aggregator to, can be shown later. The liars are named at VERIFY, once every
@@ -140,13 +194,10 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
             signed total (FORGED), is unreadable (MALFORMED), or accepts fewer sites than the plan's threshold
             (BELOW_FLOOR): the aggregator misbehaves, and the process stops rather than withdraw; FRAMED, the auditor's
             message about this site is false.
-        RefusedError: reason :attr:`Refusal.WITHDRAWN` when this site did not share this round, or the record names
-            it a liar and it cannot show otherwise (its update is not in the sum).
+        RefusedError: reason :attr:`Refusal.WITHDRAWN` when the record leaves this site out and it cannot show
+            otherwise (its update is not in the sum).
     """
     spec = DECIDE_STAGE
-    site = work.client
-    if not isinstance(site, BoundedSite):
-        raise RefusedError(Refusal.WITHDRAWN, spec.unready)
     assert spec.received is not None  # DECIDE's input is the signed verdict record
     try:
         record: VerdictRecord = spec.received(inputs)

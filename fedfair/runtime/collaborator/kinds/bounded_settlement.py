@@ -1,0 +1,89 @@
+"""What a site keeps of a bounded round between SHARE and DECIDE, so that a restart does not take its answer away.
+
+A verdict record that names a site a liar is cleared only with the part the site sent the aggregator (its dispute,
+:meth:`~fedfair.secagg.bounded.peers.BoundedSite.dispute`), and an auditor that framed it is seen only against the
+share the site sealed to the auditor. Both lived in the process's memory alone, so a site restarted between SHARE and
+DECIDE could not clear itself. It keeps them (:class:`~fedfair.secagg.bounded.peers.Settlement`), with the round's
+public parameters they are checked under, in ``NAME.FEDERATION.bounded_settlement`` beside its config: written
+atomically (a crash leaves the old file or the whole new one) before its parts leave, readable by its owner alone
+(0600: the two shares together are its update), one round at a time, and removed once the site answered that round's
+verdict record. Nothing else of the round is kept: the update and its witness are not needed to answer a record.
+
+Why: docs/security.md, "A framed site".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedfair.core.errors import ProtocolError, Refusal, RefusedError
+from fedfair.core.files import atomic_write
+from fedfair.runtime.collaborator.steps import Participant
+from fedfair.secagg.bounded.peers import BoundedSite, Settlement
+from fedfair.secagg.codec import Reader, Writer
+
+SETTLEMENT_SUFFIX = "bounded_settlement"
+"""A site's kept settlement is NAME.FEDERATION.bounded_settlement, in its folder."""
+
+
+@dataclass(frozen=True)
+class KeptRound:
+    """What a site kept of the bounded round it last shared in.
+
+    round: the round; public: its public parameters, as SHARE received them; settlement: the site's part and share.
+    """
+
+    round: int
+    public: bytes
+    settlement: Settlement
+
+
+def settlement_path(me: Participant) -> Path | None:
+    """Where this site keeps its settlement: beside its config, or None without a folder (nothing kept)."""
+    if me.folder is None:
+        return None
+    return me.folder / f"{me.name}.{me.shared.federation_id}.{SETTLEMENT_SUFFIX}"
+
+
+def keep_settlement(me: Participant, round_number: int, public: bytes, site: BoundedSite) -> None:
+    """Keep what `site` needs past SHARE of round `round_number`, replacing any earlier round's (mode 0600).
+
+    Raises:
+        OSError: the write failed (a full disk), naming the file; the parts must then not leave.
+        ProtocolError: `site` has not shared.
+    """
+    path = settlement_path(me)
+    if path is None:
+        return
+    data = Writer().u64(round_number).blob(public).blob(site.settlement().to_bytes()).getvalue()
+    atomic_write(path, lambda stream: stream.write(data))  # its temporary file is made 0600, and the rename keeps it
+
+
+def kept_round(me: Participant) -> KeptRound | None:
+    """The round this site last kept a settlement of, or None where it keeps none.
+
+    Raises:
+        RefusedError: reason :attr:`Refusal.WITHDRAWN` when the file is damaged, naming it.
+    """
+    path = settlement_path(me)
+    if path is None or not path.exists():
+        return None
+    try:
+        reader = Reader(path.read_bytes())
+        kept = KeptRound(reader.u64(), reader.blob(), Settlement.from_bytes(reader.blob()))
+        reader.finish()
+    except ProtocolError as error:
+        raise RefusedError(
+            Refusal.WITHDRAWN,
+            f"{path} is damaged ({error}): this site cannot take up the round it shared before its restart; the "
+            "file is rewritten at its next round",
+        ) from None
+    return kept
+
+
+def drop_settlement(me: Participant) -> None:
+    """Remove the kept settlement: this site answered its round's verdict record."""
+    path = settlement_path(me)
+    if path is not None:
+        path.unlink(missing_ok=True)
