@@ -1,18 +1,13 @@
 """A site that missed verified training rounds catches up, where its training kind registered how (none: sits out).
 
-When the model chain (:mod:`fedfair.runtime.collaborator.chain`) cannot check the model it is sent, the site fetches
-each round it missed that the aggregator kept (:mod:`fedfair.runtime.aggregator.past_rounds`), the inputs of the
-stages its training kind's catch-up names (:func:`register_catch_up`), and steps its chain by each once that kind's
-check passes: the masked round's checks the sum as a bystander
-(:mod:`fedfair.runtime.collaborator.kinds.masked_catch_up`), the bounded sum's its verdict record and tags
-(:mod:`fedfair.runtime.collaborator.kinds.bounded_catch_up`).
-
-Each kept round's parameters state the digest of the model it ran on, signed by every party of it: the site steps
-only from a state of its own chain with that digest. A round not kept may be void (the next kept round then ran on
-the model before it) or applied (then no state of the chain matches, and the site stops catching up and sits out
-the models it cannot check, ``model-unchecked``): the signed digest decides, never the aggregator's word, and no
-later sum is spliced onto a model that lacks a round. A forged past round is refused as a participant refuses one
-(VerificationError: the site stops). docs/security.md, "Verified aggregation" (a site that missed a round).
+When the model chain cannot check the model it is sent, the site fetches each round it missed that the aggregator
+kept (:mod:`fedfair.runtime.aggregator.past_rounds`), the inputs of the stages its kind's catch-up names
+(:func:`register_catch_up`: :mod:`.kinds.masked_catch_up`, :mod:`.kinds.bounded_catch_up`), and steps its chain by
+each once that kind's check passes. Each kept round's parameters state the digest of the model it ran on, signed by
+its parties: the site steps only from a state of its own chain with that digest. A round not kept is void (the next
+kept round ran on the model before it) or applied (no state matches: the site stops catching up and sits out the
+models it cannot check, ``model-unchecked``): the signed digest decides, never the aggregator's word. A forged past
+round is refused as a participant refuses one (VerificationError). docs/security.md, "Verified aggregation".
 """
 
 from __future__ import annotations

@@ -2,19 +2,12 @@
 
 A site that was down during a bounded round holds no share, tag or context of it. It checks what every accepted
 site was sent (the SHARE opening, the verdict record, the tag set) as an accepted site checks it, less its own
-tags: the auditor's round key signed for the round, the record against both verifiers' signed evidence
-(:func:`~.record.check_round_evidence`), every relayed dispute (one that holds makes the round void, so a round
-kept as applied with one is refused), then every accepted site's and the auditor's signed tags against the
-record's total (:func:`~.total.verified_total`). It learns what every accepted site learnt of that round.
-
-Why this is sound up to ``max_colluding``: the total it applies is the record's T, which the record's digest fixes,
-and the tag check demands the signed tags of *every* accepted site over that digest, at least the context's floor
-(the plan's threshold t, at least ``max_colluding`` + 2) of them. So at least two honest sites checked this very
-record and tagged it (an honest site tags only a record whose check passed), and whichever tags of the colluders
-arrive, the total is the one those honest sites verified and applied: the aggregator cannot show the bystander a
-record or a total they did not. The total's own soundness is an accepted site's: against the aggregator alone
-(the auditor honest); a colluding site can move T for every honest site alike, within the chain's sum bound.
-docs/security.md, "Bounded inputs (two verifiers)", "A site that missed a bounded round".
+tags: the auditor's round key, the record against its evidence, every relayed dispute (one that holds makes the
+round void), then every accepted site's and the auditor's signed tags against the record's total. It applies the
+record's T only where every accepted site (at least the floor, t >= max_colluding + 2) signed tags over that
+record's digest: at least two honest sites checked and tagged this very record, so the aggregator with up to
+max_colluding sites cannot show the bystander a record or total the honest sites did not see; T's own soundness is
+an accepted site's. docs/security.md, "Bounded inputs (two verifiers)", "A site that missed a bounded round (issue 98)".
 """
 
 from __future__ import annotations
