@@ -1,6 +1,6 @@
 """A site that missed a bounded round checks it from what the accepted sites were sent (issue 98), as one of them.
 
-An honest round's total is the one every accepted site verified; a tag set short of one accepted site's or the
+An honest round's total is the one every accepted site verified, and a liar is named as every site named it; a tag set short of one accepted site's or the
 auditor's signed tags, a tag not signed by its maker, a total moved in a re-signed record, and a round key the
 auditor did not sign are each refused, with the reason an accepted site would give.
 """
@@ -25,8 +25,8 @@ from fedfair.secagg.bounded.stages import BOUNDED_ROUND, BoundedStage
 from fedfair.secagg.bounded.total import TagSet, record_digest
 from fedfair.secagg.round import AnyStage, Opening
 from fedfair.secagg.simulate import Cast, Faults, RoundTrace, run_round
-from tests.secagg.bounded.roundkit import DIMENSION, FRACTIONAL_BITS, UPDATE_NORM
-from tests.secagg.bounded.test_round import WEIGHTS, at_bound
+from tests.secagg.bounded.roundkit import DIMENSION, FRACTIONAL_BITS, UPDATE_NORM, liar_witness
+from tests.secagg.bounded.test_round import WEIGHTS, at_bound, liar_at
 
 
 class Kept(Faults):
@@ -41,12 +41,23 @@ class Kept(Faults):
         return opening
 
 
-def kept_round() -> tuple[Cast, RoundTrace, PastBoundedRound]:
-    """An honest round of WEIGHTS' sites at their bounds, and what it kept for a site that missed it."""
-    cast = bounded_cast(dimension=DIMENSION, fractional_bits=FRACTIONAL_BITS, update_norm=UPDATE_NORM, weights=WEIGHTS)
+def kept_round(liar: int | None = None) -> tuple[Cast, RoundTrace, PastBoundedRound]:
+    """A round of WEIGHTS' sites at their bounds (`liar` at 2.5 times its own), and what it kept for a site that
+    missed it."""
+    witnesses = {} if liar is None else {liar: liar_witness}
+    cast = bounded_cast(
+        dimension=DIMENSION,
+        fractional_bits=FRACTIONAL_BITS,
+        update_norm=UPDATE_NORM,
+        weights=WEIGHTS,
+        witnesses=witnesses,
+    )
     inputs = {party: at_bound(party, weight) for party, weight in WEIGHTS.items()}
+    if liar is not None:
+        inputs[liar] = liar_at(liar, WEIGHTS[liar], 2.5)
     kept = Kept()
-    trace = run_round(BOUNDED_ROUND, cast, inputs.__getitem__, kept, verified=True)
+    # The liar's refusal at DECIDE (the record leaves it out) is kept, as simulate_bounded_round keeps it.
+    trace = run_round(BOUNDED_ROUND, cast, inputs.__getitem__, kept, verified=True, refusals=(BoundedStage.DECIDE,))
     opening, record, tag_set = (
         kept.inputs[stage] for stage in (BoundedStage.SHARE, BoundedStage.DECIDE, BoundedStage.VERIFY)
     )
@@ -66,6 +77,17 @@ def test_a_bystander_verifies_the_total_every_accepted_site_verified() -> None:
     checked = check_past_total(past, cast.server.parameters)
     assert checked.findings.accepted == tuple(sorted(WEIGHTS)) and checked.findings.liars == {}
     assert set(trace.verdicts) == set(WEIGHTS)
+    for total in trace.verdicts.values():
+        np.testing.assert_array_equal(checked.total, total)
+
+
+def test_a_bystander_names_the_liar_every_site_named_and_verifies_the_others_total() -> None:
+    cast, trace, past = kept_round(liar=2)
+    checked = check_past_total(past, cast.server.parameters)
+    assert checked.findings.accepted == (0, 1, 3) and set(checked.findings.liars) == {2}
+    sites = [peer for party, peer in cast.parties.items() if party != AUDITOR]  # each site's own check of the record
+    assert all(site.findings.liars == checked.findings.liars for site in sites)
+    assert set(trace.verdicts) == {0, 1, 3}
     for total in trace.verdicts.values():
         np.testing.assert_array_equal(checked.total, total)
 
