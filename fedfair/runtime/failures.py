@@ -326,7 +326,7 @@ MODEL_UNCHECKED = FailureClass(
     "and keeps no bundle of this federation",
     "read the aggregator's rounds.jsonl at round {round} and the round before it (the cause above names which): "
     "a round that ran without this site (it restarted mid-round, or lost the aggregator) that it could not catch up "
-    'on (more than 8 rounds ago, or a bounded round: "When a collaborator restarts") explains it, and the '
+    'on (more than 8 rounds ago: "When a collaborator restarts") explains it, and the '
     "federation's model then holds fewer of its rounds; "
     "a round skipped or a model changed with no such cause is the aggregator's doing: tell the institutions, and "
     "use no model of this federation that this collaborator did not check (the outcome record {path} lists the "

@@ -374,7 +374,8 @@ class SecureRound:
         can later show it (the bounded sum's verdict record); None: the kind has none.
     keeps_past_rounds: whether an aggregator keeps the inputs every party of an applied training round of this kind
         was sent alike, so a site that missed the round checks its sum afterwards and catches up (SECURE_ROUND:
-        :func:`~fedfair.secagg.bystander.check_past_sum`); False: a site sits such a round out.
+        :func:`~fedfair.secagg.bystander.check_past_sum`; the bounded sum:
+        :func:`~fedfair.secagg.bounded.bystander.check_past_total`); False: a site sits such a round out.
     """
 
     name: str

@@ -1,5 +1,5 @@
 """A forging aggregator process: ``python forging_aggregator.py PLAN ROUND [sum|model|evaluation|initial|bounded|
-one-share|one-share-to-all|frame|false-seed|tamper-one|past|withhold]``: attacks that verification stops.
+one-share|one-share-to-all|frame|false-seed|tamper-one|past|bounded-past|withhold]``: attacks that verification stops.
 
 It runs the real aggregator (``fedfair aggregator start --plan PLAN``) rewritten for training round ROUND.
 ``sum`` (the default): the unmasked sum has a word moved before it is decoded, so the model it applies is not
@@ -9,7 +9,8 @@ all the same. ``model``: the true sum is claimed and verified, and the model the
 flipped (theta negated) before it is sent for round ROUND + 1. ``evaluation``: as ``sum``, for the evaluation
 sums of round ROUND (the report's figures). ``initial``: round 1's model is the plan's initial model with +1.0 on
 its first weight (a backdoor; ROUND is ignored). ``past``: what the aggregator keeps of round ROUND for a site that
-missed it has its claimed sum's first word moved (every survivor of the round was shown the true one). ``withhold``:
+missed it has its claimed sum's first word moved (every survivor of the round was shown the true one);
+``bounded-past``: under a two-verifier input bound, its kept tag set lacks the first site's tags. ``withhold``:
 round ROUND applies, but a site that missed it is told it is not kept (as if void), while the next round is served.
 ``older``: every kept input of round ROUND - 1 (applied, verified) is served as round ROUND's; ``older-tags``: round
 ROUND's own kept inputs, but its claim and tag set are round ROUND - 1's.
@@ -64,6 +65,7 @@ from fedfair.secagg.bounded.messages import Encoded
 from fedfair.secagg.bounded.verifier import Role, Verifier, sign
 from fedfair.secagg.bounded.verifying import RoundVerifier
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND, BoundedStage
+from fedfair.secagg.bounded.total import TagSet
 from fedfair.secagg.round import AnyStage, Opening, ServerOrder
 from fedfair.secagg.server import AggregateResult, Server
 
@@ -247,18 +249,26 @@ def flip(round_number: int) -> None:
     setattr(FedSRCVaR, "server_apply", flipped_apply)  # noqa: B010 -- the rewrite is the attack
 
 
-def forge_past(round_number: int) -> None:
-    """Rewrite what the aggregator keeps of training round `round_number` for a site that missed it: the kept claim
-    has a word moved (by 2^12, as :func:`forge`), while every survivor of the round was shown the true one."""
+def forge_past(round_number: int, *, bounded: bool) -> None:
+    """Rewrite what the aggregator keeps of training round `round_number` for a site that missed it, while every
+    party of the round was shown the true inputs: the kept claim has a word moved (by 2^12, as :func:`forge`); or,
+    `bounded`, the kept tag set lacks its first site's signed tags."""
     opened = PastRounds.opened
-    claim_step = TRAINING.wire(SECURE_ROUND.verify_stages[0]).step
+    stages, protocol = (BOUNDED_TRAINING, BOUNDED_ROUND) if bounded else (TRAINING, SECURE_ROUND)
+    last_step = stages.wire(protocol.verify_stages[0]).step
+
+    def forged(inputs: bytes) -> bytes:
+        if bounded:
+            tag_set = TagSet.from_bytes(inputs)
+            return dataclasses.replace(tag_set, tags=tag_set.tags[1:]).to_bytes()
+        claim = AggregateClaim.from_bytes(inputs)
+        vector = claim.vector.copy()
+        vector[0] += vector.dtype.type(1 << 12)
+        return dataclasses.replace(claim, vector=vector).to_bytes()
 
     def forged_opened(kept: PastRounds, binding: pb.Binding, inputs: bytes | Mapping[str, bytes]) -> None:
-        if binding.round == round_number and binding.step == claim_step and isinstance(inputs, bytes):
-            claim = AggregateClaim.from_bytes(inputs)
-            vector = claim.vector.copy()
-            vector[0] += vector.dtype.type(1 << 12)
-            inputs = dataclasses.replace(claim, vector=vector).to_bytes()
+        if binding.round == round_number and binding.step == last_step and isinstance(inputs, bytes):
+            inputs = forged(inputs)
         opened(kept, binding, inputs)
 
     setattr(PastRounds, "opened", forged_opened)  # noqa: B010 -- the rewrite is the attack
@@ -336,8 +346,8 @@ if __name__ == "__main__":
         flip(forged_round)
     elif sys.argv[3:] == ["initial"]:
         backdoor_initial()
-    elif sys.argv[3:] == ["past"]:
-        forge_past(forged_round)
+    elif sys.argv[3:] in (["past"], ["bounded-past"]):
+        forge_past(forged_round, bounded=sys.argv[3] == "bounded-past")
     elif sys.argv[3:] == ["withhold"]:
         withhold_past(forged_round)
     elif sys.argv[3:] in (["older"], ["older-tags"]):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -86,13 +87,18 @@ def test_a_site_killed_for_a_round_catches_up_and_ends_with_the_others(tmp_path:
     assert log[MISSED - 1]["contributors"] == list(NAMES), log[MISSED - 1]  # site-c masked its input, then died
     for record in log[MISSED:]:
         assert record["contributors"] == list(NAMES), record  # it rejoined at round 3 and trained every later round
+    caught_up_with_the_others(processes, workspace, sites)
+
+
+def caught_up_with_the_others(processes: Processes, workspace: Workspace, sites: Mapping[str, Child]) -> None:
+    """Every site exits 0 having sat nothing out, site-c caught up on round MISSED alone, and all hold one bundle."""
     for name, site in sites.items():
         assert site.wait(60) == 0, processes.tail()
         kept = outcome(workspace, name)
         assert kept.refusal is None and kept.sat_out == {}, (name, kept.sat_out)
     said = [line for line in sites["site-c"].lines if "caught up" in line]
     assert len(said) == 1 and f"round {MISSED}: caught up" in said[0], said
-    assert len({bundle_digest(workspace, name) for name in NAMES}) == 1
+    assert len({bundle_digest(workspace, name) for name in NAMES}) == 1  # the same file, byte for byte
     # Every site verified round 4 (the last), so no kept round is left for anyone.
     assert not any((workspace.output / PAST_ROUNDS_NAME).iterdir())
 

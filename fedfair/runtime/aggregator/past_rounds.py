@@ -1,10 +1,12 @@
 """The public inputs of the last applied training rounds: what lets a site that missed one catch up (issue 98).
 
-Every input a stage of a masked training round sends all its parties alike (parameters, key directory, masking
-and survivor sets, unmask request, claim, tag set) is written into the output folder as the stage opens; a per-party
-input (the share bundles) never is. Once the round applies its folder is kept, an aborted round's removed, and a
-site fetches a kept input with the past round's binding (:mod:`fedfair.runtime.collaborator.catch_up`). Bounded: a
-round every collaborator of the plan verified (or passed) is removed, and at most :data:`KEPT_ROUNDS` are kept.
+Every input a stage of a training round sends all its parties alike, where the round's kind keeps past rounds
+(the masked round's parameters, key directory, masking and survivor sets, unmask request, claim and tag set; the
+bounded sum's SHARE opening, verdict record and tag set, and its auditor's inputs) is written into the output folder
+as the stage opens; a per-party input (the share bundles) never is. Once the round applies its folder is kept, an
+aborted round's removed, and a site fetches a kept input with the past round's binding
+(:mod:`fedfair.runtime.collaborator.catch_up`). Bounded: a round every collaborator of the plan verified (or passed)
+is removed, and at most :data:`KEPT_ROUNDS` are kept.
 docs/security.md, "Verified aggregation" (a site that missed a round).
 """
 

@@ -233,6 +233,17 @@ class ModelChain:
         self._anchor = Anchor(round_number, state)
         self.verified(round_number, words, survivors, encoder)
 
+    def caught_up_bounded(
+        self, round_number: int, state: HeldState, total: np.ndarray, survivors: Collection[str], fractional_bits: int
+    ) -> None:
+        """Apply the plan's server step to missed bounded round `round_number`'s total, which this site verified.
+
+        As :meth:`caught_up`: `total` is the one this site checked as a bystander
+        (:mod:`fedfair.secagg.bounded.bystander`), stepped as :meth:`verified_bounded` steps its own.
+        """
+        self._anchor = Anchor(round_number, state)
+        self.verified_bounded(round_number, total, survivors, fractional_bits)
+
     def _checks(self, round_number: int) -> bool:
         """Whether this site checks training round `round_number`'s model: it holds that round's anchor."""
         anchor = self._anchor

@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.core.errors import AuthenticationError, ProtocolError, VerificationError, VerifyReason
 from fedfair.secagg import keys
+from fedfair.secagg.bounded.bystander import framings
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.exchange import AuditorTotal, Commitments, Reveal, Roster, SeedReveal
 from fedfair.secagg.bounded.messages import Exchange, SeedRelay, SignedRoundKey, SiteShare
@@ -238,19 +239,7 @@ class BoundedSite:
         """
         if self._context is None or self._record is None:
             raise ProtocolError(f"party {self.party} was sent disputes before it checked a verdict record")
-        record = self._record[1]
-        verdicts = {}
-        for dispute in tag_set.disputes:
-            party = dispute.sender
-            try:
-                verdicts[party] = framing(self._context, record, dispute, self.parameters.site_keys[party])
-            except (AuthenticationError, ProtocolError, KeyError) as error:
-                raise VerificationError(
-                    self._context.round,
-                    VerifyReason.MALFORMED,
-                    f"the aggregator relayed a dispute from party {party} that does not hold: {error}",
-                ) from None
-        return verdicts
+        return framings(self._context, self._record[1], tag_set, self.parameters.site_keys)
 
     @property
     def findings(self) -> RoundFindings | None:

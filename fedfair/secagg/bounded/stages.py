@@ -275,6 +275,7 @@ BOUNDED_ROUND = register_round_kind(
         auditor=AUDITOR,
         binds_roster_at=BoundedStage.SHARE,
         evidence=_verdict_record,
+        keeps_past_rounds=True,
     )
 )
 """The bounded secure sum: AUDITOR_KEY, SHARE, ROSTERS, MESSAGES, TOTAL, DECIDE; then VERIFY, which checks its total."""
