@@ -178,6 +178,37 @@ Own = Callable[[], np.ndarray]
 """A party's encoded input, asked for by the stage its contribution travels in (called once, there)."""
 
 
+class StartsParty(Protocol):
+    """How every runner that starts a kind's party (:attr:`SecureRound.client`) calls it, whichever the kind.
+
+    As a kind's server is made from the round's config and the runner's :class:`RoundSetup` alone, so is each of
+    its parties, with that party's own identity beside them: mypy checks a kind's declaration against this.
+    """
+
+    def __call__(
+        self,
+        config: SecAggConfig,
+        setup: RoundSetup,
+        name: str,
+        identity_key: ec.EllipticCurvePrivateKey,
+        credential: bytes,
+        /,
+        *,
+        verified: bool = False,
+    ) -> object:
+        """A party's state for one round of `config`, which the runner hands the party's step of each stage.
+
+        Args:
+            config: the round's config (its roster, threshold and encoding).
+            setup: what the runner knows of the round beside `config`; each kind takes what it needs.
+            name: the party's roster name, or the round's auditor's (:attr:`RoundSetup.auditor`).
+            identity_key: the party's identity key, which signs what it uploads.
+            credential: the party's certificate (DER), for a kind whose parties relay their own.
+            verified: the party keeps its encoded input for the verifying stages (an in-process round); a
+                runtime's reads it back from its own record instead.
+        """
+
+
 @dataclass(frozen=True)
 class ServerHooks:
     """A stage's server hooks bound to one round's server (:meth:`StageSpec.hooks`); each None where it has none.
@@ -355,8 +386,8 @@ class SecureRound:
     verify_stages: the optional stages that verify it (verified aggregation).
     server: makes the server's state for a round from its config and the runner's :class:`RoundSetup` (each kind
         takes what it needs of it).
-    client: makes a party's state for a round from the kind's own arguments (SECURE_ROUND:
-        :class:`~fedfair.secagg.client.Client`'s, which the runners that start any kind's party hand it).
+    client: makes a party's state for a round from what every runner that starts one hands it (:class:`StartsParty`:
+        the round's config and setup, and the party's own identity), as `server` makes the server's.
     open_sum: opens the sum's first stage (the server): whom it addresses, with the runner's own input (the
         aggregator: the round's public parameters). SECURE_ROUND addresses every party; another kind may
         address one peer first (the bounded sum: its auditor).
@@ -381,7 +412,7 @@ class SecureRound:
     sum_stages: tuple[AnyStage, ...]
     verify_stages: tuple[AnyStage, ...]
     server: Callable[[SecAggConfig, RoundSetup], SecureSum]
-    client: Callable[..., object]
+    client: StartsParty
     open_sum: Callable[[SecureSum], Opening]
     open_verification: Callable[[SecureSum, AggregateResult], Opening]
     contribution: enum.IntEnum
@@ -398,7 +429,7 @@ class SecureRound:
         sum_stages: tuple[KindStage[_Server], ...],
         verify_stages: tuple[KindStage[_Server], ...],
         server: Callable[[SecAggConfig, RoundSetup], _Server],
-        client: Callable[..., object],
+        client: StartsParty,
         open_sum: Callable[[_Server], Opening],
         open_verification: Callable[[_Server, AggregateResult], Opening],
         contribution: enum.IntEnum,

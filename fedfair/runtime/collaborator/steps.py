@@ -54,7 +54,7 @@ from fedfair.runtime.transport.chunks import plain_upload
 from fedfair.secagg import EncodingConfig, SecurityParameters
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.graph import canonical_roster
-from fedfair.secagg.round import AnyStage, Message, PartyOrder, SecureRound
+from fedfair.secagg.round import AnyStage, Message, PartyOrder, RoundSetup, SecureRound
 from fedfair.secagg.pieces import Pieces as SecAggPieces
 
 _Upload = TypeVar("_Upload")
@@ -290,7 +290,7 @@ def advertise(me: Participant, work: Work, inputs: StageInput) -> bytes:
     protocol = work.stages.protocol
     # No copy of the encoded input is kept for a verified aggregation: the tag step hands the client the words as
     # the record keeps them on disk (:func:`tag`).
-    work.client = protocol.client(config, me.name, me.identity_key, me.credential, me.verify)
+    work.client = protocol.client(config, RoundSetup(me.verify), me.name, me.identity_key, me.credential)
     work.order = PartyOrder(protocol.stages(True))
     first = protocol.sum_stages[0]
     return uploaded(take(work, first, partial(first.take_step, work.client, None, not_asked)))
