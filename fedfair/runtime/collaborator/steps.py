@@ -39,7 +39,7 @@ from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.collaborator.chain import InitialModel, ModelChain
 from fedfair.runtime.collaborator.figures import EvaluationFigures
 from fedfair.runtime.collaborator.input_record import SignedView
-from fedfair.runtime.collaborator.outcome import Excluded, OutcomeRecord
+from fedfair.runtime.collaborator.outcome import OutcomeRecord
 from fedfair.core.update import update_dimension
 from fedfair.runtime.contract import (
     EVALUATION,
@@ -98,7 +98,8 @@ class Work:
     vector: np.ndarray | None
     weight: float
     client: Any = None
-    """This round's party state, as its kind makes it (:attr:`~fedfair.secagg.round.SecureRound.client`)."""
+    """This round's party state, as its kind makes it (:attr:`~fedfair.secagg.round.SecureRound.client`), or as its
+    kind's own steps keep it (the bounded sum's: its site with what its verdict record names)."""
     order: PartyOrder | None = None
     """Where this round's client stands in the round's stages, once it began the round."""
     withdrawn: bool = False
@@ -112,11 +113,6 @@ class Work:
     the round's parameters must state the same, and it binds the secure-aggregation session."""
     released: bool = False
     """Whether ``vector`` was let go once its encoding was kept (secure aggregation): the round still has it."""
-    roster: tuple[str, ...] = ()
-    """A bounded sum's roster by party id (id 1 first), once this site shared: whom its verdict record names."""
-    liars: tuple[Excluded, ...] = ()
-    """The parties a bounded sum's verdict record excludes, by this site's own check: named once no dispute clears
-    them (VERIFY)."""
     stop: VerificationError | None = None
     """Why this process stops once its upload of this stage left (a framed site's dispute is its last word)."""
 

@@ -18,6 +18,7 @@ import hashlib
 import logging
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +55,21 @@ RECORD_SUFFIX = "verdict_record"
 
 INSIDE_THE_BALL = 1.0 - 2.0**-40
 """What an update scaled to its bound is scaled by once more: float rounding cannot take it past the bound."""
+
+
+@dataclass
+class SiteRound:
+    """This site's part in one bounded sum, kept as its round's party state (:attr:`Work.client`) from SHARE on.
+
+    site: its state machine (:class:`~fedfair.secagg.bounded.peers.BoundedSite`).
+    roster: the round's roster by party id (id 1 first), once this site shared: whom its verdict record names.
+    liars: the parties the verdict record excludes, by this site's own check at DECIDE: named once no dispute clears
+        them (VERIFY).
+    """
+
+    site: BoundedSite
+    roster: tuple[str, ...]
+    liars: tuple[Excluded, ...] = ()
 
 
 def bounded_encoding(vector: np.ndarray | Pieces, name: str, shared: SharedSettings) -> np.ndarray:
@@ -118,7 +134,7 @@ def share(me: Participant, work: Work, inputs: StageInput) -> bytes:
     work.encoded = None
     site = BoundedSite(bounded, party, me.identity_key, witness or honest_witness)
     upload = spec.step(site, opening, lambda: encoded)
-    work.client, work.roster = site, config.parties
+    work.client = SiteRound(site, config.parties)
     work.view.bind(roster)  # kept on disk before the parts leave
     return bytes(upload.to_bytes())
 
@@ -144,9 +160,10 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
             it a liar and it cannot show otherwise (its update is not in the sum).
     """
     spec = DECIDE_STAGE
-    site = work.client
-    if not isinstance(site, BoundedSite):
+    held = work.client
+    if not isinstance(held, SiteRound):
         raise RefusedError(Refusal.WITHDRAWN, spec.unready)
+    site = held.site
     assert spec.received is not None  # DECIDE's input is the signed verdict record
     try:
         record: VerdictRecord = spec.received(inputs)
@@ -164,8 +181,8 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
         ) from None
     kept = keep_record(me, work.round, bytes(inputs))
     digest = hashlib.sha256(inputs).hexdigest()
-    work.liars = tuple(
-        Excluded(work.round, work.roster[party - 1], "; ".join(reasons), digest, "" if kept is None else kept.name)
+    held.liars = tuple(
+        Excluded(work.round, held.roster[party - 1], "; ".join(reasons), digest, "" if kept is None else kept.name)
         for party, reasons in sorted(findings.liars.items())
     )
     if site.party in findings.accepted:
@@ -214,9 +231,10 @@ def verify(me: Participant, work: Work, inputs: StageInput) -> bytes:
         RefusedError: reason :attr:`Refusal.WITHDRAWN` when this site did not take DECIDE this round.
     """
     spec = VERIFY_STAGE
-    site = work.client
-    if not isinstance(site, BoundedSite) or not site.tagged:
+    held = work.client
+    if not isinstance(held, SiteRound) or not held.site.tagged:
         raise RefusedError(Refusal.WITHDRAWN, "this site tagged no bounded total this round")
+    site = held.site
     assert spec.received is not None  # VERIFY's input is the tag set
     try:
         tags = spec.received(inputs)
@@ -225,7 +243,7 @@ def verify(me: Participant, work: Work, inputs: StageInput) -> bytes:
     framed = site.framings(tags)
     if framed:
         shown = "; ".join(
-            f"{work.roster[party - 1]}, whose proof "
+            f"{held.roster[party - 1]}, whose proof "
             + ("checks with the true message" if verdict.accepted else "fails with the record's query seed anyway")
             for party, verdict in sorted(framed.items())
         )
@@ -236,7 +254,7 @@ def verify(me: Participant, work: Work, inputs: StageInput) -> bytes:
             "part the site signed and sent it gives (the site's dispute, relayed at VERIFY)",
         )
     kept = record_path(me, work.round)
-    for named in work.liars:
+    for named in held.liars:
         if me.outcome is not None:
             me.outcome.excluded(named)
         logger.warning(
@@ -250,7 +268,7 @@ def verify(me: Participant, work: Work, inputs: StageInput) -> bytes:
             "" if kept is None else f"; kept as {kept}",
         )
     total = spec.step(site, tags, _not_asked)
-    accepted = [work.roster[party - 1] for party in site.accepted]
+    accepted = [held.roster[party - 1] for party in site.accepted]
     me.chain.verified_bounded(work.round, total, accepted, site.parameters.fractional_bits)
     return ACCEPTED
 
