@@ -179,10 +179,12 @@ Own = Callable[[], np.ndarray]
 
 
 class StartsParty(Protocol):
-    """How every runner that starts a kind's party (:attr:`SecureRound.client`) calls it, whichever the kind.
+    """How every runner starts a kind's party (:attr:`SecureRound.client`): mypy checks each kind's against it.
 
-    As a kind's server is made from the round's config and the runner's :class:`RoundSetup` alone, so is each of
-    its parties, with that party's own identity beside them: mypy checks a kind's declaration against this.
+    As the kind's server is made from the round's config and the runner's :class:`RoundSetup`, so is each party,
+    with its own identity: its roster name (or the round's auditor's), identity key and certificate (DER, for a kind
+    whose parties relay their own). With `verified` it keeps its encoded input for the verifying stages (in process;
+    a runtime's party reads it back from its own record). Returns its state, which the runner hands its steps.
     """
 
     def __call__(
@@ -196,17 +198,7 @@ class StartsParty(Protocol):
         *,
         verified: bool = False,
     ) -> object:
-        """A party's state for one round of `config`, which the runner hands the party's step of each stage.
-
-        Args:
-            config: the round's config (its roster, threshold and encoding).
-            setup: what the runner knows of the round beside `config`; each kind takes what it needs.
-            name: the party's roster name, or the round's auditor's (:attr:`RoundSetup.auditor`).
-            identity_key: the party's identity key, which signs what it uploads.
-            credential: the party's certificate (DER), for a kind whose parties relay their own.
-            verified: the party keeps its encoded input for the verifying stages (an in-process round); a
-                runtime's reads it back from its own record instead.
-        """
+        """The party's state for one round of `config`: the runner hands it to the party's step of each stage."""
 
 
 @dataclass(frozen=True)
