@@ -8,6 +8,7 @@ runners of :mod:`fedfair.secagg.round` keep the order.
 from __future__ import annotations
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from dataclasses import replace
 
@@ -71,6 +72,19 @@ def _unmask_request(server: Server) -> Opening:
 def _masked_server(config: SecAggConfig, setup: RoundSetup) -> Server:
     """SECURE_ROUND's server: the parties' certificates are checked as they advertise their keys."""
     return Server(config, setup.verify)
+
+
+def _masked_client(
+    config: SecAggConfig,
+    setup: RoundSetup,
+    name: str,
+    identity_key: ec.EllipticCurvePrivateKey,
+    credential: bytes,
+    *,
+    verified: bool = False,
+) -> Client:
+    """SECURE_ROUND's party: it relays its certificate as it advertises its keys, and checks its peers' so."""
+    return Client(config, name, identity_key, credential, setup.verify, verified=verified)
 
 
 def _every_party(server: Server) -> Opening:
@@ -279,7 +293,7 @@ SECURE_ROUND = register_round_kind(
             VERIFY_TAGS_STAGE,
         ),
         server=_masked_server,
-        client=Client,
+        client=_masked_client,
         open_sum=_every_party,
         open_verification=_claim,
         contribution=Stage.MASK,

@@ -178,6 +178,29 @@ Own = Callable[[], np.ndarray]
 """A party's encoded input, asked for by the stage its contribution travels in (called once, there)."""
 
 
+class StartsParty(Protocol):
+    """How every runner starts a kind's party (:attr:`SecureRound.client`): mypy checks each kind's against it.
+
+    As the kind's server is made from the round's config and the runner's :class:`RoundSetup`, so is each party,
+    with its own identity: its roster name (or the round's auditor's), identity key and certificate (DER, for a kind
+    whose parties relay their own). With `verified` it keeps its encoded input for the verifying stages (in process;
+    a runtime's party reads it back from its own record). Returns its state, which the runner hands its steps.
+    """
+
+    def __call__(
+        self,
+        config: SecAggConfig,
+        setup: RoundSetup,
+        name: str,
+        identity_key: ec.EllipticCurvePrivateKey,
+        credential: bytes,
+        /,
+        *,
+        verified: bool = False,
+    ) -> object:
+        """The party's state for one round of `config`: the runner hands it to the party's step of each stage."""
+
+
 @dataclass(frozen=True)
 class ServerHooks:
     """A stage's server hooks bound to one round's server (:meth:`StageSpec.hooks`); each None where it has none.
@@ -355,8 +378,8 @@ class SecureRound:
     verify_stages: the optional stages that verify it (verified aggregation).
     server: makes the server's state for a round from its config and the runner's :class:`RoundSetup` (each kind
         takes what it needs of it).
-    client: makes a party's state for a round from the kind's own arguments (SECURE_ROUND:
-        :class:`~fedfair.secagg.client.Client`'s, which the runners that start any kind's party hand it).
+    client: makes a party's state for a round from what every runner that starts one hands it (:class:`StartsParty`:
+        the round's config and setup, and the party's own identity), as `server` makes the server's.
     open_sum: opens the sum's first stage (the server): whom it addresses, with the runner's own input (the
         aggregator: the round's public parameters). SECURE_ROUND addresses every party; another kind may
         address one peer first (the bounded sum: its auditor).
@@ -382,7 +405,7 @@ class SecureRound:
     sum_stages: tuple[AnyStage, ...]
     verify_stages: tuple[AnyStage, ...]
     server: Callable[[SecAggConfig, RoundSetup], SecureSum]
-    client: Callable[..., object]
+    client: StartsParty
     open_sum: Callable[[SecureSum], Opening]
     open_verification: Callable[[SecureSum, AggregateResult], Opening]
     contribution: enum.IntEnum
@@ -399,7 +422,7 @@ class SecureRound:
         sum_stages: tuple[KindStage[_Server], ...],
         verify_stages: tuple[KindStage[_Server], ...],
         server: Callable[[SecAggConfig, RoundSetup], _Server],
-        client: Callable[..., object],
+        client: StartsParty,
         open_sum: Callable[[_Server], Opening],
         open_verification: Callable[[_Server, AggregateResult], Opening],
         contribution: enum.IntEnum,

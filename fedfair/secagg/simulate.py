@@ -6,9 +6,10 @@ the tests exercise a deployment's code paths. :func:`run_round` loops over a kin
 through its :class:`~fedfair.secagg.round.PartyOrder` and the server's through the
 :class:`~fedfair.secagg.round.ServerOrder`, whoever takes part (:class:`Cast`: the roster's parties and a kind's
 second verifier). What goes wrong is a strategy it asks at each step (:class:`Faults`, e.g. :class:`DropOut`), never
-a branch on a stage. :func:`simulate_round` makes the parties of a kind whose parties take
-:class:`~fedfair.secagg.client.Client`'s arguments, with identity keys generated per call and pinned; the bounded
-sum's are :func:`fedfair.secagg.bounded.simulate.bounded_cast`'s.
+a branch on a stage. :func:`simulate_round` makes a kind's parties and server as every runner does
+(:attr:`~fedfair.secagg.round.SecureRound.client`, :attr:`~fedfair.secagg.round.SecureRound.server`) from a setup
+that holds the pinned verifier alone, with identity keys generated per call; the bounded sum, whose parties need
+every key, weight and session up front, is cast by :func:`fedfair.secagg.bounded.simulate.bounded_cast`.
 """
 
 from __future__ import annotations
@@ -279,7 +280,7 @@ def simulate_round(
     clock: Callable[[], float] = time.perf_counter,
     protocol: SecureRound = SECURE_ROUND,
 ) -> RoundTrace:
-    """Run a round of ``config`` among parties made from Client's arguments (:func:`run_round`); return its trace.
+    """Run a round of ``config`` among parties its kind makes (:func:`run_round`); return its trace.
 
     encoded_input(party) gives a party's encoded update (``config.encoder.encode``).
     faults: what goes wrong, e.g. :class:`DropOut` (None: nothing).
@@ -289,19 +290,20 @@ def simulate_round(
         graph, above RESUMMED_WORDS too) the others accept the sum all the same; otherwise every survivor refuses
         it (a VerificationError, MISSING_TAG). The trace's ``verified`` holds each verified sum, decoded.
     clock: what the trace's seconds are read from (``time.process_time`` for CPU seconds).
-    protocol: the kind of secure round to run; its parties are made from :class:`~fedfair.secagg.client.Client`'s
-        arguments (the bounded sum's cast: :func:`~fedfair.secagg.bounded.simulate.bounded_cast`).
+    protocol: the kind of secure round to run, one whose parties and server need only the pinned verifier of the
+        round's setup (the bounded sum's cast: :func:`~fedfair.secagg.bounded.simulate.bounded_cast`).
 
     Raises whatever the protocol raises, e.g. ThresholdError when too many parties drop.
     """
     identities = {name: generate_identity_key() for name in config.parties}
     verify = pinned_verifier({name: key.public_key() for name, key in identities.items()})
+    setup = RoundSetup(verify)
     parties = {
-        config.party_id(name): protocol.client(config, name, key, public_key_bytes(key), verify, verified=verified)
+        config.party_id(name): protocol.client(config, setup, name, key, public_key_bytes(key), verified=verified)
         for name, key in identities.items()
     }
     keys = {config.party_id(name): key for name, key in identities.items()}
-    cast = Cast(protocol.server(config, RoundSetup(verify)), parties, keys)
+    cast = Cast(protocol.server(config, setup), parties, keys)
     trace = run_round(protocol, cast, encoded_input, faults, observe, verified=verified, clock=clock)
     contributors = len(trace.result.contributors)
     trace.verified = {party: config.encoder.decode(vector, contributors) for party, vector in trace.verdicts.items()}

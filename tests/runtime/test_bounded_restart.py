@@ -15,6 +15,7 @@ import stat
 import pytest
 
 from fedfair.core.errors import Refusal, RefusedError, VerificationError, VerifyReason
+from fedfair.runtime.collaborator.kinds.bounded import SiteRound
 from fedfair.runtime.collaborator.kinds.bounded_settlement import kept_round, settlement_path
 from fedfair.runtime.contract import ACCEPTED
 from fedfair.secagg.bounded.record import RECORD_PREFIX, claimed_context
@@ -83,7 +84,8 @@ def test_a_framed_site_that_kept_nothing_cannot_clear_itself_after_a_restart(
     for name in COLLABORATORS:
         if name != FRAMED:
             assert outcome.verdicts[name] == ACCEPTED, (name, outcome.verdicts[name])
-            assert [liar.party for liar in outcome.works[name].liars] == [FRAMED]
+            held = outcome.works[name].client
+            assert isinstance(held, SiteRound) and [liar.party for liar in held.liars] == [FRAMED]
 
 
 def test_a_restarted_site_the_record_accepts_tags_and_verifies_the_total_from_its_kept_part(
@@ -118,8 +120,9 @@ def test_a_sites_settlement_is_kept_for_its_owner_alone_from_share_until_it_answ
     for name, (mode, kept) in seen.items():
         assert mode == 0o600, (name, oct(mode))
         assert kept is not None and kept.round == 1
-        site = outcome.works[name].client
-        assert kept.settlement.to_bytes() == site.settlement().to_bytes(), name
+        held = outcome.works[name].client
+        assert isinstance(held, SiteRound)
+        assert kept.settlement.to_bytes() == held.site.settlement().to_bytes(), name
         assert kept.settlement.upload.party == outcome.config.party_id(name)
     assert not any(settlement_path(me).exists() for me in bounded.sites.values())  # type: ignore[union-attr]
 

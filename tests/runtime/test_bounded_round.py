@@ -65,7 +65,6 @@ from fedfair.secagg import keys
 from fedfair.secagg.bounded.exchange import AUDITOR as AUDITOR_PARTY
 from fedfair.secagg.bounded.messages import ShareOpening, SignedRoundKey
 from fedfair.secagg.bounded import field
-from fedfair.secagg.bounded.parameters import round_parameters
 from fedfair.secagg.bounded.record import VerdictRecord, sign_record
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND, BoundedStage
 from fedfair.secagg.round import Opening, RoundSetup
@@ -266,7 +265,7 @@ def auditor_of(bounded: Federation, parameters: RoundParameters, config: Any) ->
         auditor=AUDITOR,
     )
     key = load_private_key(bounded.folder / AUDITOR / f"{AUDITOR}.key")
-    return BOUNDED_ROUND.client(round_parameters(config, setup), AUDITOR_PARTY, key)
+    return BOUNDED_ROUND.client(config, setup, AUDITOR, key, b"")
 
 
 def in_sum(outcome: Outcome, names: tuple[str, ...]) -> None:

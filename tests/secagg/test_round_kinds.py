@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 
 from fedfair.core.errors import ConfigError, ProtocolError
-from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.report.data import stage_label
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.round import (
     ROUND_KINDS,
     Opening,
     PartyOrder,
+    RoundSetup,
     SecureRound,
     StageSpec,
     register_round_kind,
@@ -99,10 +99,10 @@ class ToyClient:
     def __init__(
         self,
         config: SecAggConfig,
+        _setup: RoundSetup,
         name: str,
         _identity_key: object,
         _credential: bytes,
-        _verify: CredentialVerifier,
         *,
         verified: bool = False,
     ) -> None:
@@ -234,7 +234,7 @@ def test_the_one_runner_keeps_the_toy_kinds_order() -> None:
     toy = toy_kind("toy-order")
     hello, send = toy.sum_stages
     config = make_config(4)
-    client = ToyClient(config, config.parties[0], None, b"", lambda _credential, _name: None)  # type: ignore[arg-type,return-value]
+    client = ToyClient(config, RoundSetup(lambda _credential, _name: None), config.parties[0], None, b"")  # type: ignore[arg-type,return-value]
     order = PartyOrder(toy.stages(False))
     words = np.zeros(config.dimension + 1, dtype=config.encoder.dtype)
     with pytest.raises(
@@ -274,8 +274,9 @@ def test_every_kind_runs_in_the_one_simulator_under_the_same_fault_strategy(
 ) -> None:
     """DropOut at each kind's contribution stage: the sum is the three others', within the encoding's error bound.
 
-    The runner branches on no kind: the toy kind's parties take Client's arguments, the bounded sum's (its auditor
-    among them) are :func:`bounded_cast`'s, and one strategy object, asked at each step, leaves site 4 out of each.
+    The runner branches on no kind: the toy kind's parties are its client's, made as every runner makes them, the
+    bounded sum's (its auditor among them) :func:`bounded_cast`'s, and one strategy object, asked at each step,
+    leaves site 4 out of each.
     """
     kind = registered(toy_kind(kind_name)) if kind_name == "toy-faults" else ROUND_KINDS[kind_name]
     leaves = DropOut({kind.contribution: [LEAVER]})

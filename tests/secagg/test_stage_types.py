@@ -1,8 +1,9 @@
 """A stage is typed where it is declared: mypy refuses a step, an upload or a receive that does not fit the others.
 
 `make types` holds the round's own declarations; this shows the check bites, on a SHARE stage whose step is
-CHECK's and whose receive takes a share check, declared as SECURE_ROUND declares its stages, and on kinds whose
-stages or opening take another kind's server than the one the kind makes.
+CHECK's and whose receive takes a share check, declared as SECURE_ROUND declares its stages, on kinds whose
+stages or opening take another kind's server than the one the kind makes, and on kinds whose client takes other
+arguments than every runner hands it (:class:`~fedfair.secagg.round.StartsParty`).
 """
 
 from __future__ import annotations
@@ -38,9 +39,8 @@ WRONG = StageSpec[Client, Server, KeyDirectory, ShareKeys](
 WRONG_KINDS = """
 from fedfair.secagg.bounded.server import BoundedServer
 from fedfair.secagg.bounded.stages import SHARE_STAGE
-from fedfair.secagg.client import Client
 from fedfair.secagg.masked_round import ADVERTISE_KEYS_STAGE, _claim as claim, _every_party as every_party
-from fedfair.secagg.masked_round import _masked_server as masked_server
+from fedfair.secagg.masked_round import _masked_client as masked_client, _masked_server as masked_server
 from fedfair.secagg.round import SecureRound
 from fedfair.secagg.wire import Stage
 
@@ -49,7 +49,7 @@ MIXED_STAGES = SecureRound(
     sum_stages=(ADVERTISE_KEYS_STAGE, SHARE_STAGE),
     verify_stages=(),
     server=masked_server,
-    client=Client,
+    client=masked_client,
     open_sum=every_party,
     open_verification=claim,
     contribution=Stage.MASK,
@@ -61,12 +61,23 @@ OTHER_OPENING = SecureRound(
     sum_stages=(ADVERTISE_KEYS_STAGE,),
     verify_stages=(),
     server=masked_server,
-    client=Client,
+    client=masked_client,
     open_sum=BoundedServer.open_shares,
     open_verification=claim,
     contribution=Stage.MASK,
     committed=Stage.CONSISTENCY,
 )
+"""
+
+WRONG_CLIENT = """
+from dataclasses import replace
+
+from fedfair.secagg.bounded.peers import bounded_peer
+from fedfair.secagg.client import Client
+from fedfair.secagg.masked_round import SECURE_ROUND
+
+CLIENTS_OWN_ARGUMENTS = replace(SECURE_ROUND, name="clients-own-arguments", client=Client)
+ANOTHER_KINDS_ARGUMENTS = replace(SECURE_ROUND, name="another-kinds-arguments", client=bounded_peer)
 """
 
 
@@ -109,10 +120,23 @@ def test_mypy_refuses_a_kind_whose_stages_or_opening_take_another_server(tmp_pat
     said = checked.stdout
     assert checked.returncode == 1, said
     # A masked stage beside a bounded one: no one server takes both kinds' hooks.
-    assert 'wrong_kinds.py:10: error: Cannot infer value of type parameter "_Server" of "SecureRound"' in said, said
+    assert 'wrong_kinds.py:9: error: Cannot infer value of type parameter "_Server" of "SecureRound"' in said, said
     # The masked server made, the bounded sum's opening handed it.
     assert (
         'Argument "open_sum" to "SecureRound" has incompatible type "Callable[[BoundedServer], Opening]"; '
         'expected "Callable[[Server], Opening]"'
     ) in said, said
+    assert "Found 2 errors in 1 file" in said, said
+
+
+@pytest.mark.slow
+def test_mypy_refuses_a_kind_whose_client_takes_other_arguments_than_the_runners_hand_it(tmp_path: Path) -> None:
+    checked = mypy_says(tmp_path / "wrong_client.py", WRONG_CLIENT)
+    said = checked.stdout
+    assert checked.returncode == 1, said
+    # The masked state machine's own constructor: it takes a verifier where every runner hands the round's setup.
+    refused = 'error: Argument "client" to "replace" of "SecureRound" has incompatible type'
+    assert f'wrong_client.py:8: {refused} "type[Client]"' in said, said
+    # The bounded sum's peer as its own parameters make it, not as a runner starts a party.
+    assert f"wrong_client.py:9: {refused}" in said, said
     assert "Found 2 errors in 1 file" in said, said

@@ -39,7 +39,7 @@ from fedfair.pki.identity import CredentialVerifier
 from fedfair.runtime.collaborator.chain import InitialModel, ModelChain
 from fedfair.runtime.collaborator.figures import EvaluationFigures
 from fedfair.runtime.collaborator.input_record import SignedView
-from fedfair.runtime.collaborator.outcome import Excluded, OutcomeRecord
+from fedfair.runtime.collaborator.outcome import OutcomeRecord
 from fedfair.core.update import update_dimension
 from fedfair.runtime.contract import (
     EVALUATION,
@@ -54,7 +54,7 @@ from fedfair.runtime.transport.chunks import plain_upload
 from fedfair.secagg import EncodingConfig, SecurityParameters
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.graph import canonical_roster
-from fedfair.secagg.round import AnyStage, Message, PartyOrder, SecureRound
+from fedfair.secagg.round import AnyStage, Message, PartyOrder, RoundSetup, SecureRound
 from fedfair.secagg.pieces import Pieces as SecAggPieces
 
 _Upload = TypeVar("_Upload")
@@ -98,7 +98,8 @@ class Work:
     vector: np.ndarray | None
     weight: float
     client: Any = None
-    """This round's party state, as its kind makes it (:attr:`~fedfair.secagg.round.SecureRound.client`)."""
+    """This round's party state, as its kind makes it (:attr:`~fedfair.secagg.round.SecureRound.client`), or as its
+    kind's own steps keep it (the bounded sum's: its site with what its verdict record names)."""
     order: PartyOrder | None = None
     """Where this round's client stands in the round's stages, once it began the round."""
     withdrawn: bool = False
@@ -112,11 +113,6 @@ class Work:
     the round's parameters must state the same, and it binds the secure-aggregation session."""
     released: bool = False
     """Whether ``vector`` was let go once its encoding was kept (secure aggregation): the round still has it."""
-    roster: tuple[str, ...] = ()
-    """A bounded sum's roster by party id (id 1 first), once this site shared: whom its verdict record names."""
-    liars: tuple[Excluded, ...] = ()
-    """The parties a bounded sum's verdict record excludes, by this site's own check: named once no dispute clears
-    them (VERIFY)."""
     stop: VerificationError | None = None
     """Why this process stops once its upload of this stage left (a framed site's dispute is its last word)."""
 
@@ -290,7 +286,7 @@ def advertise(me: Participant, work: Work, inputs: StageInput) -> bytes:
     protocol = work.stages.protocol
     # No copy of the encoded input is kept for a verified aggregation: the tag step hands the client the words as
     # the record keeps them on disk (:func:`tag`).
-    work.client = protocol.client(config, me.name, me.identity_key, me.credential, me.verify)
+    work.client = protocol.client(config, RoundSetup(me.verify), me.name, me.identity_key, me.credential)
     work.order = PartyOrder(protocol.stages(True))
     first = protocol.sum_stages[0]
     return uploaded(take(work, first, partial(first.take_step, work.client, None, not_asked)))

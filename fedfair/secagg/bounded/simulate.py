@@ -27,7 +27,7 @@ from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.messages import Encoded, SiteShare
 from fedfair.secagg.bounded.parameters import BoundedParameters
-from fedfair.secagg.bounded.peers import Auditor, BoundedSite
+from fedfair.secagg.bounded.peers import Auditor, BoundedSite, bounded_peer
 from fedfair.secagg.bounded.record import RoundFindings, VerdictRecord, sign_record
 from fedfair.secagg.bounded.server import BoundedServer
 from fedfair.secagg.bounded.shares import Witness, honest_witness
@@ -183,7 +183,7 @@ def bounded_cast(
         noise_mu=noise_mu,
     )
     peers: dict[int, Any] = {
-        party: BOUNDED_ROUND.client(parameters, party, key, (witnesses or {}).get(party, honest_witness))
+        party: bounded_peer(parameters, party, key, (witnesses or {}).get(party, honest_witness))
         for party, key in site_keys.items()
     }
     peers[AUDITOR] = Auditor(parameters, auditor_key, noise_key)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded.exchange import AuditorTotal, Commitments, Reveal, Roster, SeedReveal
@@ -27,6 +28,7 @@ from fedfair.secagg.bounded.messages import (
     auditor_rosters,
 )
 from fedfair.secagg.bounded.exchange import AUDITOR
+from fedfair.secagg.bounded.parameters import round_parameters
 from fedfair.secagg.bounded.peers import Auditor, BoundedSite, bounded_peer
 from fedfair.secagg.bounded.record import Dispute, VerdictRecord
 from fedfair.secagg.bounded.server import BoundedServer
@@ -36,6 +38,7 @@ from fedfair.secagg.server import AggregateResult
 from fedfair.secagg.round import (
     MESSAGE_OVERHEAD_BYTES,
     Opening,
+    RoundSetup,
     SecureRound,
     StageSpec,
     Uploaders,
@@ -97,6 +100,24 @@ def messages_upload(config: SecAggConfig) -> int:
 def total_upload(config: SecAggConfig) -> int:
     """The largest TOTAL upload: d field elements, the accepted sites and a signature."""
     return MESSAGE_OVERHEAD_BYTES + 4 * config.size + field.ELEMENT_BYTES * config.dimension
+
+
+def _bounded_party(
+    config: SecAggConfig,
+    setup: RoundSetup,
+    name: str,
+    identity_key: ec.EllipticCurvePrivateKey,
+    credential: bytes,
+    *,
+    verified: bool = False,
+) -> BoundedSite | Auditor:
+    """The bounded sum's party named `name`: the round's auditor (:attr:`RoundSetup.auditor`), or a site.
+
+    Its parameters are every party's alike (:func:`round_parameters`). `credential` and `verified` are not read: the
+    aggregator relays every party's certificate with the round's public parameters, and a site keeps the share it tags.
+    """
+    party = AUDITOR if name == setup.auditor else config.party_id(name)
+    return bounded_peer(round_parameters(config, setup), party, identity_key)
 
 
 def _the_auditor(_server: BoundedServer) -> Opening:
@@ -267,7 +288,7 @@ BOUNDED_ROUND = register_round_kind(
         ),
         verify_stages=(VERIFY_STAGE,),
         server=BoundedServer.for_round,
-        client=bounded_peer,
+        client=_bounded_party,
         open_sum=_the_auditor,
         open_verification=_tag_set,
         contribution=BoundedStage.SHARE,

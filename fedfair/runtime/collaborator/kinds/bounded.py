@@ -18,6 +18,7 @@ import hashlib
 import logging
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +56,21 @@ RECORD_SUFFIX = "verdict_record"
 
 INSIDE_THE_BALL = 1.0 - 2.0**-40
 """What an update scaled to its bound is scaled by once more: float rounding cannot take it past the bound."""
+
+
+@dataclass
+class SiteRound:
+    """This site's part in one bounded sum, kept as its round's party state (:attr:`Work.client`) from SHARE on.
+
+    site: its state machine (:class:`~fedfair.secagg.bounded.peers.BoundedSite`).
+    roster: the round's roster by party id (id 1 first), once this site shared: whom its verdict record names.
+    liars: the parties the verdict record excludes, by this site's own check at DECIDE: named once no dispute clears
+        them (VERIFY).
+    """
+
+    site: BoundedSite
+    roster: tuple[str, ...]
+    liars: tuple[Excluded, ...] = ()
 
 
 def bounded_encoding(vector: np.ndarray | Pieces, name: str, shared: SharedSettings) -> np.ndarray:
@@ -119,7 +135,7 @@ def share(me: Participant, work: Work, inputs: StageInput) -> bytes:
     work.encoded = None
     site = BoundedSite(bounded, party, me.identity_key, witness or honest_witness)
     upload = spec.step(site, opening, lambda: encoded)
-    work.client, work.roster = site, config.parties
+    work.client = SiteRound(site, config.parties)
     work.view.bind(roster)  # kept on disk before the parts leave
     keep_settlement(me, work.round, bytes(opening.public), site)  # so does what answers the record after a restart
     return bytes(upload.to_bytes())
@@ -133,14 +149,14 @@ def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
     Raises:
         What :func:`answer` and :func:`resumed` raise.
     """
-    site = work.client if isinstance(work.client, BoundedSite) else resumed(me, work, inputs)
+    held = work.client if isinstance(work.client, SiteRound) else resumed(me, work, inputs)
     try:
-        return answer(me, work, site, inputs)
+        return answer(me, work, held, inputs)
     finally:
         drop_settlement(me)
 
 
-def resumed(me: Participant, work: Work, record: StageInput) -> BoundedSite:
+def resumed(me: Participant, work: Work, record: StageInput) -> SiteRound:
     """This site as it stood after SHARE of `work`'s round, from what it kept there: a restart lost it from memory.
 
     The round's parameters were checked against the plan before the parts left; they are derived again from the kept
@@ -168,16 +184,17 @@ def resumed(me: Participant, work: Work, record: StageInput) -> BoundedSite:
             f"the verdict record is of another run of round {work.round} than the one this site shared in before its "
             "restart: its update is in no sum of this run",
         )
-    work.client, work.roster = site, config.parties
+    held = SiteRound(site, config.parties)
+    work.client = held
     logger.info(
         "%s: round %d: took up its shared part, kept before its restart, to answer the verdict record",
         me.name,
         work.round,
     )
-    return site
+    return held
 
 
-def answer(me: Participant, work: Work, site: BoundedSite, inputs: StageInput) -> bytes:
+def answer(me: Participant, work: Work, held: SiteRound, inputs: StageInput) -> bytes:
     """This site's own check of the verdict record; its signed tags of the total once the record holds up.
 
     The record's bytes are kept in this site's folder before anything leaves (:func:`record_path`), so the liars it
@@ -198,6 +215,7 @@ def answer(me: Participant, work: Work, site: BoundedSite, inputs: StageInput) -
             otherwise (its update is not in the sum).
     """
     spec = DECIDE_STAGE
+    site = held.site
     assert spec.received is not None  # DECIDE's input is the signed verdict record
     try:
         record: VerdictRecord = spec.received(inputs)
@@ -215,8 +233,8 @@ def answer(me: Participant, work: Work, site: BoundedSite, inputs: StageInput) -
         ) from None
     kept = keep_record(me, work.round, bytes(inputs))
     digest = hashlib.sha256(inputs).hexdigest()
-    work.liars = tuple(
-        Excluded(work.round, work.roster[party - 1], "; ".join(reasons), digest, "" if kept is None else kept.name)
+    held.liars = tuple(
+        Excluded(work.round, held.roster[party - 1], "; ".join(reasons), digest, "" if kept is None else kept.name)
         for party, reasons in sorted(findings.liars.items())
     )
     if site.party in findings.accepted:
@@ -265,9 +283,10 @@ def verify(me: Participant, work: Work, inputs: StageInput) -> bytes:
         RefusedError: reason :attr:`Refusal.WITHDRAWN` when this site did not take DECIDE this round.
     """
     spec = VERIFY_STAGE
-    site = work.client
-    if not isinstance(site, BoundedSite) or not site.tagged:
+    held = work.client
+    if not isinstance(held, SiteRound) or not held.site.tagged:
         raise RefusedError(Refusal.WITHDRAWN, "this site tagged no bounded total this round")
+    site = held.site
     assert spec.received is not None  # VERIFY's input is the tag set
     try:
         tags = spec.received(inputs)
@@ -276,7 +295,7 @@ def verify(me: Participant, work: Work, inputs: StageInput) -> bytes:
     framed = site.framings(tags)
     if framed:
         shown = "; ".join(
-            f"{work.roster[party - 1]}, whose proof "
+            f"{held.roster[party - 1]}, whose proof "
             + ("checks with the true message" if verdict.accepted else "fails with the record's query seed anyway")
             for party, verdict in sorted(framed.items())
         )
@@ -287,7 +306,7 @@ def verify(me: Participant, work: Work, inputs: StageInput) -> bytes:
             "part the site signed and sent it gives (the site's dispute, relayed at VERIFY)",
         )
     kept = record_path(me, work.round)
-    for named in work.liars:
+    for named in held.liars:
         if me.outcome is not None:
             me.outcome.excluded(named)
         logger.warning(
@@ -301,7 +320,7 @@ def verify(me: Participant, work: Work, inputs: StageInput) -> bytes:
             "" if kept is None else f"; kept as {kept}",
         )
     total = spec.step(site, tags, _not_asked)
-    accepted = [work.roster[party - 1] for party in site.accepted]
+    accepted = [held.roster[party - 1] for party in site.accepted]
     me.chain.verified_bounded(work.round, total, accepted, site.parameters.fractional_bits)
     return ACCEPTED
 
