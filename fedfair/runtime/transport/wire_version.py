@@ -14,7 +14,7 @@ import re
 from fedfair.runtime.transport import fedfair_pb2 as pb
 from fedfair.runtime.transport.stage_gate import JOIN, make_binding
 
-WIRE_VERSION = 3
+WIRE_VERSION = 4
 """The version of proto/fedfair.proto this release speaks.
 
 Raise it on every incompatible change of the schema: a stage, action or status added, removed or renumbered,
@@ -22,6 +22,10 @@ a field renumbered or its meaning changed. tests/runtime/transport/test_wire_ver
 digest of the Stage enum and the Binding's fields and fails when one changes without the other. Version 2:
 STAGE_BOUNDED_VERIFY = 17, the evaluation stages at 18-27. Version 3: a stage is bound by its aggregation (JOIN,
 TRAIN, EVALUATE = 3) and its step in the round kind's declaration (Binding.step), not a number of its own.
+Version 4: the stages' payloads changed, not the schema: a VERIFY tag carries the count of the values it
+reports and a re-checked claim its carries; the input bound's field elements travel at 61 bits and its proof
+interpolates at 256 points. An older peer would fail mid-round on bytes it reads otherwise; it is refused at
+GetPlan instead.
 """
 
 UNVERSIONED = 0
