@@ -479,7 +479,8 @@ def flower_masking(name: str, document: Mapping[str, Any]) -> Section:
         "the modulus). fedfair's masks are AES-256-CTR keystreams; Flower's are numpy's Mersenne Twister "
         "(`RandomState`, not a cryptographic generator) seeded with the 32-byte key folded to 32 bits "
         "(`pseudo_rand_gen`), so each mask is one of 2^32. fedfair's round is Bonawitz et al.'s active-adversary "
-        "form (signed keys and survivor sets, over gRPC and mutual TLS, which its figures include); Flower's trusts "
+        "form (signed keys and survivor sets, over gRPC and mutual TLS, in its wall and server CPU; a site's CPU is "
+        "its handlers' and round job's threads, not gRPC's); Flower's trusts "
         "the server's word on who dropped, and its figures are its protocol code alone (no gRPC, no TLS, no "
         "ClientApp process start-up, which its deployment engine adds to each of SecAgg+'s four messages a round).",
     ]
