@@ -16,7 +16,13 @@ the server exchange: every site dials the server through a relay in this process
 direction's bytes (TLS records, headers included). Final model equality: the largest relative difference of
 the suffix-averaged theta, and of c, between the two runs.
 
-    nice -n 3 .venv/bin/python benchmarks/flower_bench.py --rounds 6 --json benchmarks/results/flower_bench.json
+With several round counts (`--rounds 2 8`) each repeat runs each count, and the document fits each system's wall
+and CPU as start-up plus a cost per round (least squares over the runs) and projects them to `--project` rounds
+(200, the issue's federation): the deployment engine's ClientApp process per message makes Flower's rounds too
+slow on this machine to run 200 of them.
+
+    nice -n 3 .venv/bin/python benchmarks/flower_bench.py --rounds 2 8 --repeats 1 \
+        --json benchmarks/results/flower_bench.json
 
 Needs `make test-flower`'s environment (.venv-flower) for Flower's commands; one repeat of each system after the
 other. Nice it lightly, not by nice's default 10: a SuperNode's ClientApp process must send its first heartbeat
@@ -228,10 +234,14 @@ class Run:
     theta_average: list[float]
     c_average: float
 
-    def summary(self, rounds: int) -> dict[str, Any]:
+    rounds: int
+
+    def summary(self) -> dict[str, Any]:
+        rounds = self.rounds
         sites = [seconds for name, seconds in self.cpu_seconds.items() if name != "server"]
         return {
             "system": self.system,
+            "rounds": rounds,
             "wall_seconds": round(self.wall_seconds, 1),
             "server_cpu_seconds": round(self.cpu_seconds["server"], 1),
             "site_cpu_seconds_median": round(statistics.median(sites), 1),
@@ -291,6 +301,7 @@ def run_fedfair(settings: Settings, folder: Path, secure: bool) -> Run:
         relay.down,
         output["theta_average"].double().tolist(),
         float(output["c_average"]),
+        settings.rounds,
     )
 
 
@@ -361,7 +372,9 @@ def run_flower(settings: Settings, folder: Path, flower_bin: Path) -> Run:
     if done.returncode != 0 or not result.exists():
         raise RuntimeError(f"flwr run failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}\n{parties.logs()}")
     trained = json.loads(result.read_text())
-    return Run("Flower", wall, parties.cpu(), relay.up, relay.down, trained["theta"], float(trained["c"]))
+    return Run(
+        "Flower", wall, parties.cpu(), relay.up, relay.down, trained["theta"], float(trained["c"]), settings.rounds
+    )
 
 
 def relative(a: list[float], b: list[float]) -> float:
@@ -369,12 +382,41 @@ def relative(a: list[float], b: list[float]) -> float:
     return float(np.linalg.norm(x - y) / np.linalg.norm(y))
 
 
+COSTS = ("wall_seconds", "server_cpu_seconds", "site_cpu_seconds_median")
+"""The figures fitted as start-up plus a cost per round."""
+
+
+def per_round_costs(summaries: list[dict[str, Any]], project: int) -> dict[str, dict[str, float | None]]:
+    """Each of COSTS over `summaries` (one system's runs, at two round counts or more) as a least-squares line in
+    the rounds: its intercept (start-up, joining, the end), its slope (a round), and its value at `project`.
+
+    A negative slope is no cost (the shorter runs took longer: the machine, not the rounds): it is None, and so is
+    the projection."""
+    rounds = [summary["rounds"] for summary in summaries]
+    fitted: dict[str, dict[str, float | None]] = {}
+    for cost in COSTS:
+        line = statistics.linear_regression(rounds, [summary[cost] for summary in summaries])
+        measured = line.slope >= 0
+        fitted[cost] = {
+            "start_up": round(line.intercept, 1) if measured else None,
+            "per_round": round(line.slope, 3) if measured else None,
+            f"at_{project}_rounds": round(line.intercept + line.slope * project) if measured else None,
+        }
+    return fitted
+
+
 def main(argv: list[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else argv
     if arguments[:1] == ["party"]:
         return party(Path(arguments[1]), arguments[3:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--rounds", type=int, nargs="+", default=[20], help="round counts, each run (default 20)")
+    parser.add_argument(
+        "--project",
+        type=int,
+        default=200,
+        help="with two round counts or more, the rounds to project each system's fitted costs to (default 200)",
+    )
     parser.add_argument("--repeats", type=int, default=2, help="runs of each system, interleaved (default 2)")
     parser.add_argument("--batch-fraction", type=float, default=0.03, help="b_k = round(f n_k) (default 0.03)")
     parser.add_argument("--secure", action="store_true", help="fedfair with its secure sums (fixed point)")
@@ -384,30 +426,42 @@ def main(argv: list[str] | None = None) -> int:
     flower_bin = args.flower_venv.resolve() / "bin"
     if not (flower_bin / "flwr").exists():
         parser.error(f"no Flower in {args.flower_venv}; build it with `make test-flower` (or pass --flower-venv)")
-    settings = Settings(rounds=args.rounds, batch_fraction=args.batch_fraction)
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="flower-bench-") as scratch:
         for repeat in range(args.repeats):
-            for system in ("fedfair", "flower"):
-                folder = Path(scratch) / f"{system}-{repeat}"
-                folder.mkdir()
-                if system == "fedfair":
-                    runs.append(run_fedfair(settings, folder, args.secure))
-                else:
-                    runs.append(run_flower(settings, folder, flower_bin))
-                print(json.dumps(runs[-1].summary(settings.rounds)), file=sys.stderr, flush=True)
-    ours = [run for run in runs if run.system.startswith("fedfair")]
-    flowers = [run for run in runs if run.system == "Flower"]
-    document = {
-        "settings": vars(settings) | {"sites": SITES, "secure": args.secure, "task": "examples/flower-fedsrcvar"},
-        "runs": [run.summary(settings.rounds) for run in runs],
+            for rounds in args.rounds:
+                settings = Settings(rounds=rounds, batch_fraction=args.batch_fraction)
+                for system in ("fedfair", "flower"):
+                    folder = Path(scratch) / f"{system}-{repeat}-{rounds}"
+                    folder.mkdir()
+                    if system == "fedfair":
+                        runs.append(run_fedfair(settings, folder, args.secure))
+                    else:
+                        runs.append(run_flower(settings, folder, flower_bin))
+                    print(json.dumps(runs[-1].summary()), file=sys.stderr, flush=True)
+    longest = max(args.rounds)
+    ours = [run for run in runs if run.system.startswith("fedfair") and run.rounds == longest]
+    flowers = [run for run in runs if run.system == "Flower" and run.rounds == longest]
+    document: dict[str, Any] = {
+        "settings": vars(Settings(rounds=longest, batch_fraction=args.batch_fraction))
+        | {"round_counts": args.rounds, "sites": SITES, "secure": args.secure, "task": "examples/flower-fedsrcvar"},
+        "runs": [run.summary() for run in runs],
         "equality": {
+            "rounds": longest,
             "theta_average_relative": relative(flowers[0].theta_average, ours[0].theta_average),
             "c_average_difference": abs(flowers[0].c_average - ours[0].c_average),
             "repeats_identical": all(run.theta_average == ours[0].theta_average for run in ours)
             and all(run.theta_average == flowers[0].theta_average for run in flowers),
         },
     }
+    if len(set(args.rounds)) > 1:
+        document["per_round"] = {
+            "project": args.project,
+            "systems": {
+                system: per_round_costs([run.summary() for run in runs if run.system == system], args.project)
+                for system in dict.fromkeys(run.system for run in runs)
+            },
+        }
     publish(document, args.json)
     return 0
 

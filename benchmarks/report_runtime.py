@@ -371,12 +371,15 @@ def federation_bench(name: str, document: Mapping[str, Any]) -> Section:
 
 
 def flower_bench(name: str, document: Mapping[str, Any]) -> Section:
-    """fedfair's runtime and the Flower integration on one federation, interleaved: CPU per party, bytes, equality."""
+    """fedfair's runtime and the Flower integration on one federation, interleaved: CPU per party, bytes, equality;
+    with several round counts, each system's start-up and cost per round, projected to the issue's 200 rounds."""
     settings, equality = document["settings"], document["equality"]
-    header = ["run", "wall (s)", "server CPU (s)", "site CPU, each (s)", "site to server per round (B)", "back (B)"]
+    header = ["run", "rounds", "wall (s)", "server CPU (s)", "site CPU, each (s)", "site to server per round (B)"]
+    header += ["back (B)"]
     rows = [
         [
             run["system"],
+            str(run.get("rounds", settings["rounds"])),
             fixed(run["wall_seconds"], 1),
             fixed(run["server_cpu_seconds"], 1),
             ", ".join(fixed(seconds, 1) for seconds in run["site_cpu_seconds_each"]),
@@ -385,15 +388,37 @@ def flower_bench(name: str, document: Mapping[str, Any]) -> Section:
         ]
         for run in document["runs"]
     ]
+    rounds = settings.get("round_counts", [settings["rounds"]])
     notes = [
         "",
-        f"{settings['sites']} sites, {settings['rounds']} rounds of {settings['local_steps']} local step, b_k = "
-        f"round({settings['batch_fraction']} n_k), rho {settings['rho']}, epsilon {settings['epsilon']}, seed "
-        f"{settings['seed']}; fedfair's sums {'masked' if settings['secure'] else 'plain'}. Final model: the "
-        f"suffix-averaged theta differs by {equality['theta_average_relative']:.3g} relative between the two "
-        f"systems, c by {equality['c_average_difference']:.3g}; every repeat of a system gave the same model: "
-        f"{fixed(equality['repeats_identical'])}.",
+        f"{settings['sites']} sites, {' and '.join(map(str, rounds))} rounds of {settings['local_steps']} local "
+        f"step, b_k = round({settings['batch_fraction']} n_k), rho {settings['rho']}, epsilon {settings['epsilon']}, "
+        f"seed {settings['seed']}; fedfair's sums {'masked' if settings['secure'] else 'plain'}; bytes per round "
+        f"include start-up and joining, spread over the rounds. Final model after {equality.get('rounds', rounds[0])} "
+        f"rounds: the suffix-averaged theta differs by {equality['theta_average_relative']:.3g} relative between "
+        f"the two systems, c by {equality['c_average_difference']:.3g}; every repeat of a system gave the same "
+        f"model: {fixed(equality['repeats_identical'])}.",
     ]
+    if "per_round" in document:
+        project = document["per_round"]["project"]
+        costs = document["per_round"]["systems"]
+        labels = {"wall_seconds": "wall", "server_cpu_seconds": "server CPU", "site_cpu_seconds_median": "site CPU"}
+        fit_rows = [
+            [system, labels[cost], fixed(line["start_up"], 1), fixed(line["per_round"], 3)]
+            + [count(line[f"at_{project}_rounds"])]
+            if line["per_round"] is not None
+            else [system, labels[cost], "none measured: the shorter runs took longer", "", ""]
+            for system, fitted in costs.items()
+            for cost, line in fitted.items()
+        ]
+        notes += [
+            "",
+            f"Each cost as start-up plus a cost per round (least squares over the runs above), and at {project} "
+            "rounds, the issue's federation, which the deployment engine's rounds make too long to run on this "
+            "machine:",
+            "",
+            *table(["system", "cost", "start-up (s)", "per round (s)", f"at {project} rounds (s)"], fit_rows),
+        ]
     return Section(
         "fedfair's runtime beside the Flower integration",
         "One federation (the Flower example's model and Adult by race) run by fedfair's aggregator and collaborator "
@@ -401,6 +426,72 @@ def flower_bench(name: str, document: Mapping[str, Any]) -> Section:
         "both over TLS, each system's repeats interleaved. CPU is each party's whole process tree (a subreaper "
         "collects it; Flower's server includes the ServerApp, each site the ClientApp process it starts per "
         "message); bytes are counted by a relay between the sites and the server, start-up and joining included.",
+        table(header, rows) + notes,
+    )
+
+
+def flower_masking(name: str, document: Mapping[str, Any]) -> Section:
+    """The secure round of a d = 10^6 update, fedfair's beside Flower's SecAgg+: wall, CPU per party, bytes."""
+    settings = document["settings"]
+    header = ["system", "n", "round wall (s)", "CPU per site (s)", "server CPU (s)", "sites to server (B)"]
+    header += ["server to sites (B)", "bits a coordinate up"]
+    rows = [
+        [
+            run["system"],
+            str(run["parties"]),
+            fixed(run["round_seconds"], 2),
+            fixed(run["party_cpu_seconds"], 2),
+            fixed(run["server_cpu_seconds"], 2),
+            count(run["bytes_up"]),
+            count(run["bytes_down"]) if run["bytes_down"] is not None else "not counted",
+            fixed(8 * run["bytes_up"] / (run["parties"] * settings["dimension"]), 1),
+        ]
+        for run in document["runs"]
+    ]
+    fedfair_runs = {run["parties"]: run for run in document["runs"] if run["system"] == "fedfair"}
+    grids = ", ".join(
+        f"n = {parties}: {count(run['levels'])} levels (a step of {2 * settings['clip'] / run['levels']:.3g}), "
+        f"threshold {run['threshold']}"
+        for parties, run in fedfair_runs.items()
+    )
+    errors = {
+        parties: max(
+            run["mean_error"] for run in document["runs"] if run.get("parties") == parties and "mean_error" in run
+        )
+        for parties in fedfair_runs
+    }
+    notes = [
+        "",
+        f"d = {count(settings['dimension'])}, every site's weight {settings['weight']} (both sides' max weight), "
+        f"clip {settings['clip']} per unit of weight, sums modulo 2^{settings['modulus_bits']}; the median of "
+        f"{settings['measured_rounds']} rounds after a warm-up one, {settings['pairs']} runs of each, interleaved. "
+        f"Both sides quantise to the same grid and unmask with the same threshold ({grids}): each tolerates "
+        "n - threshold sites dropping after they sent their keys. Flower's unmasked mean was within "
+        + ", ".join(f"{error:.3g} (n = {parties})" for parties, error in errors.items())
+        + " of the exact mean: within a step, as its stochastic rounding bounds it. This machine is shared: a "
+        "round's wall is mostly its wait for the cores (every Flower party is a thread of one interpreter); "
+        "compare the CPU and the bytes.",
+        "",
+        "What each masks: fedfair clips each entry of x_k to [-clip, clip] and encodes b_k x_k in fixed point "
+        "(signed, the finest step whose sum of n cannot wrap), in 16-bit words on the wire; Flower scales x_k by "
+        "b_k / max_weight, clips each entry to [-clip, clip], rounds it stochastically to its levels and appends its "
+        "quantised weight as one more entry, and its masked vector travels as int64 (64 bits a coordinate whatever "
+        "the modulus). fedfair's masks are AES-256-CTR keystreams; Flower's are numpy's Mersenne Twister "
+        "(`RandomState`, not a cryptographic generator) seeded with the 32-byte key folded to 32 bits "
+        "(`pseudo_rand_gen`), so each mask is one of 2^32. fedfair's round is Bonawitz et al.'s active-adversary "
+        "form (signed keys and survivor sets, over gRPC and mutual TLS, in its wall and server CPU; a site's CPU is "
+        "its handlers' and round job's threads, not gRPC's); Flower's trusts "
+        "the server's word on who dropped, and its figures are its protocol code alone (no gRPC, no TLS, no "
+        "ClientApp process start-up, which its deployment engine adds to each of SecAgg+'s four messages a round).",
+    ]
+    return Section(
+        "Masking a d = 10^6 update: Flower's SecAgg+ beside fedfair's secure round",
+        "One round of secure aggregation of a fixed update (nothing to train) by n sites. fedfair: round_bench's "
+        "federation (aggregator, collaborators as processes, gRPC over loopback mutual TLS); wall is the "
+        "aggregator's round, CPU per site a collaborator's handlers and round job, server CPU the aggregator's "
+        "process, bytes the uploads it received. Flower: its own `SecAggPlusWorkflow` and `secaggplus_mod` "
+        "(Flower 1.42, `FedAvg`), each node a thread of one process that receives every message serialised by "
+        "Flower's protobuf serde; CPU is each node's and the server's thread, bytes the serialised messages.",
         table(header, rows) + notes,
     )
 
