@@ -558,7 +558,8 @@ def round_compare(name: str, document: Mapping[str, Any]) -> Section:
         f"{document['reference']}. Goal: a secure round's CPU per party at most {ROUND_CPU_GOAL:.2f}× the "
         "reference's. The peaks are the whole process's (the aggregator and every party, as threads), each run's. "
         + (
-            f"The live peaks are {document['memory_runs']} more runs of each tree with every allocation traced "
+            f"The live peaks come from {document['memory_runs']} further run{'' if document['memory_runs'] == 1 else 's'} "
+            "of each tree with every allocation traced "
             "(tracemalloc): the most memory numpy arrays and Python objects held at once, counted as they are freed, "
             "which the host's reclaiming and the allocator's keeping of freed memory cannot move as they move the "
             f"resident peak (torch tensors and gRPC's buffers are not traced). Goal: this tree's at most "
