@@ -625,6 +625,16 @@ def round_compare(name: str, document: Mapping[str, Any]) -> Section:
         ]
         for row in results
     ]
+    traced = all(row.get("live_peak_ratio") for row in results)  # results made before the live peaks have none
+    if traced:
+        header += ["live MB, secure (reference)", "live MB, plain (reference)", "live within goal"]
+        for row, cells in zip(results, rows, strict=True):
+            cells += [
+                f"{peaks(row['head'][f'{setting}_live_peak_mb_each'])} "
+                f"({peaks(row['reference'][f'{setting}_live_peak_mb_each'])})"
+                for setting in ("secure", "plain")
+            ]
+            cells.append("yes" if max(row["live_peak_ratio"].values()) <= row["live_peak_goal"] else "no")
     steps = sorted({label for row in results for label in row["steps"]})
     step_header = ["step of a party's secure round"]
     for row in results:
@@ -638,7 +648,17 @@ def round_compare(name: str, document: Mapping[str, Any]) -> Section:
         f"{document['runs']} runs of each tree per size, alternating which runs first; the reference is commit "
         f"{document['reference']}. Goal: a secure round's CPU per party at most {ROUND_CPU_GOAL:.2f}× the "
         "reference's. The peaks are the whole process's (the aggregator and every party, as threads), each run's. "
-        "Run `make bench-round` after a change to the secure round's path (secagg, the collaborator's steps, its "
+        + (
+            f"The live peaks come from {document['memory_runs']} further run{'' if document['memory_runs'] == 1 else 's'} "
+            "of each tree with every allocation traced "
+            "(tracemalloc): the most memory numpy arrays and Python objects held at once, counted as they are freed, "
+            "which the host's reclaiming and the allocator's keeping of freed memory cannot move as they move the "
+            f"resident peak (torch tensors and gRPC's buffers are not traced). Goal: this tree's at most "
+            f"{results[0]['live_peak_goal']:.2f}× the reference's (medians), plain and secure. "
+            if traced
+            else ""
+        )
+        + "Run `make bench-round` after a change to the secure round's path (secagg, the collaborator's steps, its "
         "model chain, the transport) and before merging it; it prints this comparison.",
         "",
         "Each step's CPU on its own thread, the median call (training sums only). A stage's step is the client's "

@@ -17,7 +17,12 @@ resident memory of each run's process (every party's and the aggregator's, so n 
 ``secure_party_cpu_ratio``, this checkout's secure party CPU over the reference's (the medians'), and
 ``secure_party_cpu_ratios``, each interleaved pair's; ``steps``: per step of a party's secure round (the
 encoding, each stage's client step, the model chain's checks), the median CPU of one call at the sum's length in
-each tree, and their difference: where a round's extra CPU goes. ``make bench-round`` runs this against the
+each tree, and their difference: where a round's extra CPU goes. Then ``--memory-runs`` more runs of each tree
+(alternating likewise) trace every allocation (round_profile's ``--live-memory``): ``secure_live_peak_mb_each`` and
+``plain_live_peak_mb_each``, the most memory a run's federation held live at once, numpy arrays and Python objects
+counted as they are freed, which the host's reclaiming and the allocator's keeping of freed memory cannot move as
+they move the peak resident memory; ``live_peak_ratio``, this checkout's median over the reference's, per setting
+(goal: at most 1.05). ``make bench-round`` runs this against the
 pinned reference and prints the table; run it after any change to the secure round's code path (secagg, the
 collaborator's steps, the chain, the transport) and before merging it.
 """
@@ -41,6 +46,9 @@ REFERENCE = "6692f28"
 """The commit this project's round cost is held to (issue 97): the secure round before the verified chain."""
 SIZES = ((10**6, 10), (10**7, 3))
 RUNS = 3
+MEMORY_RUNS = 1
+LIVE_PEAK_GOAL = 1.05
+"""This checkout's live peak (median over runs) over the reference's, at most, plain and secure (issue 97)."""
 
 
 def checkout(commit: str) -> Path:
@@ -51,11 +59,15 @@ def checkout(commit: str) -> Path:
     return tree
 
 
-def run_tree(tree: Path, dimension: int, parties: int) -> dict[str, Any]:
-    """One round_bench --quick of `tree` at (d, n), its party steps timed (round_profile.py); its document."""
+def run_tree(tree: Path, dimension: int, parties: int, live_memory: bool = False) -> dict[str, Any]:
+    """One round_bench --quick of `tree` at (d, n), its party steps timed (round_profile.py); its document.
+
+    `live_memory`: its allocations traced too (round_profile's ``--live-memory``), for the live peaks.
+    """
     with tempfile.TemporaryDirectory(prefix="fedfair-round-compare-") as folder:
         out = Path(folder) / "profile.json"
-        command = [sys.executable, str(ROOT / "benchmarks" / "round_profile.py"), str(tree), str(out), "--"]
+        command = [sys.executable, str(ROOT / "benchmarks" / "round_profile.py"), str(tree), str(out)]
+        command += ["--live-memory", "--"] if live_memory else ["--"]
         command += ["--quick", "--dimensions", str(dimension), "--parties", str(parties)]
         environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])}
         subprocess.run(command, cwd=tree, env=environment, check=True, stdout=subprocess.DEVNULL)
@@ -85,8 +97,26 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def compare(dimension: int, parties: int, trees: dict[str, Path], runs: int) -> dict[str, Any]:
-    """Both trees at (d, n), `runs` times each, alternating which runs first; the comparison."""
+def live_peaks(dimension: int, parties: int, trees: dict[str, Path], runs: int) -> dict[str, dict[str, list[float]]]:
+    """Both trees at (d, n), `runs` traced runs each, alternating which runs first: each tree's live peaks (MiB),
+    ``secure`` and ``plain``, one a run."""
+    peaks: dict[str, dict[str, list[float]]] = {name: {"secure": [], "plain": []} for name in trees}
+    for index in range(runs):
+        for name in list(trees)[:: 1 if index % 2 == 0 else -1]:
+            for result in run_tree(trees[name], dimension, parties, live_memory=True)["bench"]["results"]:
+                peaks[name]["secure" if result["secure"] else "plain"].append(result["live_peak_mb"])
+            print(
+                f"d={dimension} n={parties} {name:9} traced run {index + 1}: live peak "
+                + ", ".join(f"{setting} {values[-1]:.0f} MB" for setting, values in peaks[name].items()),
+                file=sys.stderr,
+                flush=True,
+            )
+    return peaks
+
+
+def compare(dimension: int, parties: int, trees: dict[str, Path], runs: int, memory_runs: int) -> dict[str, Any]:
+    """Both trees at (d, n), `runs` times each, alternating which runs first, then `memory_runs` traced runs each
+    likewise; the comparison."""
     documents: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     for index in range(runs):
         for name in list(trees)[:: 1 if index % 2 == 0 else -1]:
@@ -103,6 +133,10 @@ def compare(dimension: int, parties: int, trees: dict[str, Path], runs: int) -> 
                 flush=True,
             )
     head, reference = summary(documents["head"]), summary(documents["reference"])
+    peaks = live_peaks(dimension, parties, trees, memory_runs) if memory_runs else None
+    for name, tree_summary in (("head", head), ("reference", reference)):
+        for setting in ("secure", "plain"):
+            tree_summary[f"{setting}_live_peak_mb_each"] = peaks[name][setting] if peaks else []
     steps = {
         label: {
             "head": head["step_cpu_seconds"].get(label),
@@ -122,6 +156,14 @@ def compare(dimension: int, parties: int, trees: dict[str, Path], runs: int) -> 
                 head["secure_party_cpu_seconds_each"], reference["secure_party_cpu_seconds_each"], strict=True
             )
         ],
+        "live_peak_ratio": {
+            setting: statistics.median(head[f"{setting}_live_peak_mb_each"])
+            / statistics.median(reference[f"{setting}_live_peak_mb_each"])
+            for setting in ("secure", "plain")
+        }
+        if peaks
+        else None,
+        "live_peak_goal": LIVE_PEAK_GOAL,
         "steps": steps,
     }
 
@@ -144,6 +186,18 @@ def printed(result: dict[str, Any]) -> str:
         + " against "
         + ", ".join(f"{value:.0f}" for value in reference["plain_peak_rss_mb_each"]),
     ]
+    if result["live_peak_ratio"] is not None:
+        lines.append(
+            "  live peak MB (traced), "
+            + "; ".join(
+                f"{setting}: "
+                + ", ".join(f"{value:.0f}" for value in head[f"{setting}_live_peak_mb_each"])
+                + " against "
+                + ", ".join(f"{value:.0f}" for value in reference[f"{setting}_live_peak_mb_each"])
+                + f" ({result['live_peak_ratio'][setting]:.3f}x, goal {result['live_peak_goal']:.2f}x)"
+                for setting in ("secure", "plain")
+            )
+        )
     for label, spent in result["steps"].items():
         mine, theirs = spent["head"], spent["reference"]
         shown = [f"{1000 * value:8.2f}" if value is not None else "     n/a" for value in (mine, theirs)]
@@ -165,6 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--runs", type=int, default=RUNS, help=f"runs of each tree per size (default {RUNS})")
     parser.add_argument(
+        "--memory-runs",
+        type=int,
+        default=MEMORY_RUNS,
+        help=f"traced runs of each tree per size, for the live peaks (default {MEMORY_RUNS}; 0: none)",
+    )
+    parser.add_argument(
         "--sizes",
         type=size,
         nargs="+",
@@ -176,17 +236,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs must be at least 1")
+    if args.memory_runs < 0:
+        parser.error("--memory-runs must be 0 or more")
     trees = {"head": ROOT, "reference": (args.reference_tree or checkout(args.reference)).resolve()}
-    results = [compare(dimension, parties, trees, args.runs) for dimension, parties in args.sizes]
+    results = [compare(dimension, parties, trees, args.runs, args.memory_runs) for dimension, parties in args.sizes]
     for result in results:
         print(printed(result), file=sys.stderr)
     publish(
         {
             "benchmark": "round_compare",
             "what": "a secure round's CPU per party and each party step's CPU, this checkout against the reference "
-            "commit, interleaved; round_bench --quick, collaborators as threads, CPU seconds on each thread's clock",
+            "commit, interleaved; round_bench --quick, collaborators as threads, CPU seconds on each thread's clock; "
+            "then traced runs of each for the live peaks (tracemalloc: numpy arrays and Python objects held at once)",
             "reference": args.reference,
             "runs": args.runs,
+            "memory_runs": args.memory_runs,
             "results": results,
         },
         args.json,

@@ -1,6 +1,6 @@
 """One round_bench run of a source tree with each party's steps timed on its own thread's CPU clock.
 
-    python benchmarks/round_profile.py TREE OUT.json -- ROUND_BENCH_ARGUMENTS...
+    python benchmarks/round_profile.py TREE OUT.json [--live-memory] -- ROUND_BENCH_ARGUMENTS...
 
 Runs ``TREE/benchmarks/round_bench.py`` (TREE: this checkout, or another commit's checkout, which must then be
 first on ``PYTHONPATH`` so that its ``fedfair`` is the one imported) with the collaborators as threads of this
@@ -11,6 +11,13 @@ what it costs without one. A step is keyed by the length of the sum it belongs t
 steps (d + 1 words) are told apart from an evaluation's. ``OUT.json`` gets round_bench's own summary
 (``bench``) and, per step and length, the CPU seconds of each call (``steps``); ``round_compare.py`` reads
 their medians (the warm-up round's calls, which load the compiled kernels, are a minority of them).
+
+With ``--live-memory`` the run also traces every allocation Python and numpy make (``tracemalloc``, one frame): each
+configuration's result gets ``live_peak_mb``, the most memory its federation held live at once beyond what the
+process held as it started (``live_start_mb``), in MiB. That counts numpy arrays and Python objects (bytes and
+messages), every party's and the aggregator's, the moment they are freed; unlike the peak resident memory, no
+freed memory the allocator keeps and no page the host has yet to reclaim is in it. Torch tensors and gRPC's own
+buffers are not traced. The tracing slows allocations, so the CPU figures of such a run are not compared.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import json
 import sys
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -86,7 +94,24 @@ def time_steps() -> dict[str, dict[int, list[float]]]:
     return calls
 
 
+def traced(configuration: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """round_bench's `configuration` (one federation), its live memory's peak added to its result (MiB)."""
+
+    @functools.wraps(configuration)
+    def run(*arguments: Any, **keywords: Any) -> dict[str, Any]:
+        start, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        result = configuration(*arguments, **keywords)
+        _, peak = tracemalloc.get_traced_memory()
+        return {**result, "live_peak_mb": (peak - start) / 2**20, "live_start_mb": start / 2**20}
+
+    return run
+
+
 def main(argv: list[str]) -> int:
+    live_memory = argv[2:3] == ["--live-memory"]
+    if live_memory:
+        argv = argv[:2] + argv[3:]
     if len(argv) < 3 or argv[2] != "--":
         print(__doc__, file=sys.stderr)
         return 2
@@ -96,6 +121,9 @@ def main(argv: list[str]) -> int:
     bench_json = out.with_suffix(".bench.json")
     import round_bench  # noqa: PLC0415 (the tree's own, found once its folder is on the path)
 
+    if live_memory:
+        tracemalloc.start(1)
+        round_bench.run_configuration = traced(round_bench.run_configuration)
     status = round_bench.main([*arguments, "--json", str(bench_json)])
     document = {"tree": str(tree), "bench": json.loads(bench_json.read_text()), "steps": calls}
     bench_json.unlink()

@@ -313,3 +313,41 @@ def test_the_round_compare_section_gives_each_size_its_ratio_goal_and_each_step_
     assert "| MASK | 20 | 21 |" in page and "| chain: sum verified | 10 | n/a |" in page
     assert "`make bench-round`" in page and "commit 6692f28" in page
     assert "costs 5 ms more than the reference's; the step that grew most is chain: sum verified, by 10 ms" in page
+    assert "live MB" not in page  # results made before the traced runs have no live peaks
+
+
+def test_the_round_compare_section_gives_the_live_peaks_and_their_goal_where_the_runs_traced_them(
+    tmp_path: Path,
+) -> None:
+    def tree(secure: float, plain: float) -> dict[str, Any]:
+        return {
+            "secure_party_cpu_seconds": 0.1,
+            "secure_peak_rss_mb_each": [1200.0],
+            "plain_peak_rss_mb_each": [1180.0],
+            "secure_live_peak_mb_each": [secure],
+            "plain_live_peak_mb_each": [plain],
+            "step_cpu_seconds": {"MASK": 0.02},
+        }
+
+    row = {
+        "dimension": 10**7,
+        "parties": 3,
+        "head": tree(630.0, 600.0),
+        "reference": tree(600.0, 600.0),
+        "secure_party_cpu_ratio": 1.0,
+        "secure_party_cpu_ratios": [1.0],
+        "live_peak_ratio": {"secure": 1.05, "plain": 1.0},
+        "live_peak_goal": 1.05,
+        "steps": {"MASK": {"head": 0.02, "reference": 0.02}},
+    }
+    document = {"what": "a secure round", "reference": "6692f28", "runs": 1, "memory_runs": 1, "results": [row]}
+    (tmp_path / "round_compare.json").write_text(json.dumps(document | {"provenance": STAMP}))
+    assert "| 1,200 (1,200) | 1,180 (1,180) | 630 (600) | 600 (600) | yes |" in report_module().render(tmp_path)
+    row["live_peak_ratio"] = {"secure": 1.06, "plain": 1.0}
+    (tmp_path / "round_compare.json").write_text(json.dumps(document | {"provenance": STAMP}))
+    page = report_module().render(tmp_path)
+    assert "| 630 (600) | 600 (600) | no |" in page
+    assert (
+        "from 1 further run of each tree with every allocation traced" in page
+        and "at most 1.05× the reference's" in page
+    )

@@ -27,7 +27,7 @@ from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.aggregator.stages import OpenStage, StageProgress, StageReady, StageTiming, UploadHandler
 from fedfair.runtime.aggregator.stages import error_summary, input_for
 from fedfair.runtime.aggregator.starts import Starts
-from fedfair.runtime.transport import NOT_EXPECTED, pb, task_with_input
+from fedfair.runtime.transport import NOT_EXPECTED, Pieces, pb, task_with_input
 
 TASK_WAIT_SECONDS = 30.0
 """A task stream re-checks that its RPC is alive at least this often; an ended RPC normally
@@ -227,7 +227,7 @@ class Board:
         action: pb.Action,
         *,
         deadline_seconds: float = 0.0,
-        inputs: Mapping[str, bytes] | None = None,
+        inputs: Mapping[str, bytes | Pieces] | None = None,
     ) -> None:
         """Queue one task per peer, with its input (see :func:`task_with_input`)."""
         with self._changed:
@@ -337,7 +337,7 @@ class Board:
         self,
         binding: pb.Binding,
         expected: Iterable[str],
-        inputs: bytes | Mapping[str, bytes],
+        inputs: bytes | Mapping[str, bytes | Pieces],
         handler: UploadHandler,
         *,
         max_upload_bytes: int,
@@ -371,7 +371,7 @@ class Board:
         with self._changed:
             return self._stage.max_upload_bytes if self._stage is not None else 0
 
-    def fetch(self, peer: str, binding: pb.Binding) -> bytes | None:
+    def fetch(self, peer: str, binding: pb.Binding) -> bytes | Pieces | None:
         """What `peer` may fetch for the open stage `binding` (None: nothing for it)."""
         with self._changed:
             stage = self._stage

@@ -38,7 +38,7 @@ from fedfair.runtime.contract import (
     model_digest,
 )
 from fedfair.runtime.faults import maybe_die
-from fedfair.runtime.transport import TRAIN, StageGate, WireStage, make_binding, pb
+from fedfair.runtime.transport import TRAIN, InPieces, Pieces, StageGate, WireStage, make_binding, pb
 from fedfair.runtime.transport.chunks import plain_rounding, plain_upload_size
 from fedfair.secagg import EncodingConfig, SecAggConfig, SecurityParameters
 from fedfair.secagg.credentials import remembered
@@ -185,7 +185,7 @@ class SumDriver:
         stages: Stages,
         stage: WireStage,
         expected: frozenset[str],
-        inputs: bytes | Mapping[str, bytes],
+        inputs: bytes | Mapping[str, bytes | Pieces],
         handler: UploadHandler,
         max_upload_bytes: int,
         outcome: SumOutcome,
@@ -352,9 +352,15 @@ class SumDriver:
         """
         expected = frozenset(map(names.name_of, opening.among))
         if opening.inputs is None:
-            inputs: bytes | dict[str, bytes] = parameters.to_bytes()
+            inputs: bytes | dict[str, bytes | Pieces] = parameters.to_bytes()
         elif isinstance(opening.inputs, Mapping):
-            inputs = {names.name_of(party): message.to_bytes() for party, message in opening.inputs.items()}
+            # Each party's own message in pieces where it travels so, views of the server's vectors (a re-checked
+            # claim's peers' inputs, kept in files): copied as a party fetches it, a chunk at a time, never n
+            # messages whole at once (n (max_colluding + 3) (d + 1) words).
+            inputs = {
+                names.name_of(party): message.to_pieces() if isinstance(message, InPieces) else message.to_bytes()
+                for party, message in opening.inputs.items()
+            }
         else:
             inputs = opening.inputs.to_bytes()
         hooks = spec.hooks(server)

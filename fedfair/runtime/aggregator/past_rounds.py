@@ -19,7 +19,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from fedfair.runtime.output_folder import PAST_ROUNDS_NAME
-from fedfair.runtime.transport import pb
+from fedfair.runtime.transport import Pieces, pb
 
 KEPT_ROUNDS = 8
 """The most applied rounds whose inputs are kept for a site that missed them (the newest)."""
@@ -41,7 +41,7 @@ class PastRounds:
         self._verified: dict[str, int] = {}
         """The last round each collaborator verified, as this process saw it."""
 
-    def opened(self, binding: pb.Binding, inputs: bytes | Mapping[str, bytes]) -> None:
+    def opened(self, binding: pb.Binding, inputs: bytes | Mapping[str, bytes | Pieces]) -> None:
         """Keep the input every party of training stage `binding` was sent alike (a per-party one is not kept).
 
         The round's first stage starts its folder afresh: what an aggregator that died mid-round wrote is gone, and

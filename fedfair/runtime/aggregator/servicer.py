@@ -39,6 +39,7 @@ from fedfair.runtime.transport import (
     NOT_EXPECTED,
     WIRE_VERSION,
     PeerAuthenticator,
+    Pieces,
     StageGate,
     WireStage,
     payload_parts,
@@ -323,7 +324,7 @@ class Servicer(pb_grpc.FederationServicer):
         with self.quotas.hold(peer, Hold.DOWNLOAD):
             binding = request.binding
             # The final bundle is bound to the FINISHED task itself, which the gate knows nothing of.
-            payload = self.board.final_input(binding)
+            payload: bytes | Pieces | None = self.board.final_input(binding)
             if payload is None and self.board.past_rounds.keeps(binding):
                 # An applied round's input, kept for a site that missed that round (.past_rounds): a file, read at
                 # the caller's rate. Its stages are closed, so only the federation is checked.

@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from fedfair.runtime.transport import pb
+from fedfair.runtime.transport import Pieces, pb
 
 SUMMARY_CHARACTERS = 160
 """How much of an error's text a one-line summary keeps (ASN.1 parse errors run to kilobytes)."""
@@ -206,7 +206,7 @@ class OpenStage:
 
     binding: pb.Binding
     expected: frozenset[str]
-    inputs: bytes | Mapping[str, bytes]
+    inputs: bytes | Mapping[str, bytes | Pieces]
     handler: UploadHandler
     max_upload_bytes: int
     timeout_at: float
@@ -223,6 +223,6 @@ class OpenStage:
         return min(self.timeout_at, self.timing.grace_deadline())
 
 
-def input_for(inputs: bytes | Mapping[str, bytes], peer: str) -> bytes:
-    """What `peer` may fetch of a stage's input: the one input every peer shares, or its own."""
+def input_for(inputs: bytes | Mapping[str, bytes | Pieces], peer: str) -> bytes | Pieces:
+    """What `peer` may fetch of a stage's input: the one input every peer shares, or its own (whole, or in pieces)."""
     return inputs if isinstance(inputs, bytes) else inputs.get(peer, b"")

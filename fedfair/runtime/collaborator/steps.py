@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from functools import partial
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, TypeVar
 
 import numpy as np
 from cryptography import x509
@@ -49,7 +49,7 @@ from fedfair.runtime.contract import (
 from fedfair.runtime.manifest import Manifest
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
-from fedfair.runtime.transport import Pieces
+from fedfair.runtime.transport import InPieces, Pieces
 from fedfair.runtime.transport.chunks import plain_upload
 from fedfair.secagg import EncodingConfig, SecurityParameters
 from fedfair.secagg.credentials import remembered
@@ -58,14 +58,6 @@ from fedfair.secagg.round import AnyStage, Message, PartyOrder, RoundSetup, Secu
 from fedfair.secagg.pieces import Pieces as SecAggPieces
 
 _Upload = TypeVar("_Upload")
-
-
-@runtime_checkable
-class InPieces(Protocol):
-    """A contribution's upload: it travels in pieces, its vector one view of its own words (never copied whole)."""
-
-    def to_pieces(self) -> Pieces:
-        """The message's bytes as consecutive pieces."""
 
 
 StageInput = bytes | memoryview

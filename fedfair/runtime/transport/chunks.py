@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import grpc
 import numpy as np
@@ -42,6 +42,14 @@ MALFORMED_MESSAGE = "message refused: malformed, oversized or incomplete"
 Pieces = tuple[bytes | memoryview, ...]
 """A payload as consecutive pieces that are never joined: a serialised message around a model-sized vector
 travels from the vector's own memory, one chunk's copy at a time."""
+
+
+@runtime_checkable
+class InPieces(Protocol):
+    """A message that travels in pieces, its vectors views of their own words (never copied whole)."""
+
+    def to_pieces(self) -> Pieces:
+        """The message's bytes as consecutive pieces."""
 
 
 def payload_size(payload: bytes | memoryview | Pieces) -> int:
@@ -355,15 +363,16 @@ INLINE_INPUT_BYTES = 256 << 10
 """Largest stage input a Task carries itself (well inside one gRPC message); larger ones are fetched."""
 
 
-def task_with_input(task: pb.Task, payload: bytes) -> pb.Task:
-    """``task`` announcing ``payload`` as its stage's input, which it carries when small.
+def task_with_input(task: pb.Task, payload: bytes | Pieces) -> pb.Task:
+    """``task`` announcing ``payload`` (whole, or in pieces) as its stage's input, which it carries when small.
 
     Small inputs ride with the task, so a collaborator skips one Fetch round trip per stage,
     which in a busy aggregator waits for its threads as long as the stage's own work.
     """
-    task.input_size = len(payload)
-    if len(payload) <= INLINE_INPUT_BYTES:
-        task.input = payload
+    size = payload_size(payload)
+    task.input_size = size
+    if size <= INLINE_INPUT_BYTES:
+        task.input = payload if isinstance(payload, bytes) else b"".join(payload)
     return task
 
 

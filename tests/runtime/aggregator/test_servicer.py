@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -36,6 +37,7 @@ from fedfair.runtime.aggregator.servicer import (
     federation_server,
 )
 from fedfair.runtime.transport import (
+    DEFAULT_CHUNK_BYTES,
     MALFORMED_MESSAGE,
     NOT_EXPECTED,
     NOT_PERMITTED,
@@ -52,6 +54,8 @@ from fedfair.runtime.transport import (
     server_credentials,
     server_options,
 )
+from fedfair.secagg.verify_messages import AggregateClaim
+from fedfair.secagg.wire import Header, Stage
 from tests.runtime.harness import eventually, refused
 from fedfair.runtime.transport import TRAIN, WireStage
 from fedfair.runtime.contract import EVALUATION, TRAINING, Aggregations
@@ -654,3 +658,33 @@ def test_connects_and_departures_are_logged_once_with_the_certified_name(
     # The event is written just after the log line, on the RPC's thread: wait for it rather than race it.
     assert eventually(lambda: len(site_a_events()) >= 3)
     assert site_a_events()[:3] == ["connect", "disconnect", "connect"]
+
+
+def test_each_site_fetches_its_own_claim_in_pieces_as_the_bytes_of_that_claim(aggregator: Aggregator) -> None:
+    """A re-checked VERIFY's per-site claims are held as pieces (views of the server's vectors, issue 97), never
+    serialised whole; what each site fetches over TLS is byte for byte its claim's encoding, in several chunks."""
+    board, gate = aggregator.board, aggregator.gate
+    board.new_round(1)
+    binding = gate.open(1, WIRE["STAGE_VERIFY_CLAIM"], timeout_seconds=600.0, participants=list(NAMES))
+    words = DEFAULT_CHUNK_BYTES  # 2 bytes a word: every vector spans two chunks or more
+    generator = np.random.default_rng(97)
+    summed = generator.integers(0, 1 << 16, words, dtype=np.uint16)
+    carries = generator.integers(0, 3, words, dtype=np.uint16)
+    masked = [generator.integers(0, 1 << 16, words, dtype=np.uint16) for _ in NAMES]
+    header = Header(FEDERATION, 1, Stage.VERIFY, bytes(32))
+    claims = {
+        name: AggregateClaim(header, summed, (masked[(at + 1) % 3], masked[(at + 2) % 3]), carries=carries)
+        for at, name in enumerate(NAMES)
+    }
+    board.open_stage(
+        binding,
+        NAMES,
+        {name: claim.to_pieces() for name, claim in claims.items()},
+        lambda peer, payload: None,
+        max_upload_bytes=1,
+        timeout=600.0,
+    )
+    for name, claim in claims.items():
+        parts = list(aggregator.stub(name).Fetch(pb.FetchRequest(binding=binding), timeout=TIMEOUT))
+        assert len(parts) >= 4
+        assert b"".join(part.chunk.data for part in parts) == claim.to_bytes(), name

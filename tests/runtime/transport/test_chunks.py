@@ -166,6 +166,15 @@ def test_a_large_stage_input_is_announced_for_fetching() -> None:
     assert inline_input(pb.Task.FromString(task.SerializeToString())) is None
 
 
+@pytest.mark.parametrize("size", [INLINE_INPUT_BYTES, INLINE_INPUT_BYTES + 1])
+def test_an_input_in_pieces_is_announced_at_its_whole_size_and_rides_joined_when_small(size: int) -> None:
+    whole = np.random.default_rng(size).bytes(size)
+    pieces = (whole[:3], memoryview(whole)[3 : size // 2], whole[size // 2 :])
+    task = pb.Task.FromString(task_with_input(pb.Task(), pieces).SerializeToString())
+    assert task.input_size == size
+    assert inline_input(task) == (whole if size <= INLINE_INPUT_BYTES else None)
+
+
 def test_a_carried_input_that_contradicts_its_task_is_refused() -> None:
     # An aggregator that announces one size and sends another, or sends more than may ride.
     oversized = bytes(INLINE_INPUT_BYTES + 1)
