@@ -313,3 +313,21 @@ def test_the_round_compare_section_gives_each_size_its_ratio_goal_and_each_step_
     assert "| MASK | 20 | 21 |" in page and "| chain: sum verified | 10 | n/a |" in page
     assert "`make bench-round`" in page and "commit 6692f28" in page
     assert "costs 5 ms more than the reference's; the step that grew most is chain: sum verified, by 10 ms" in page
+
+
+def test_the_convergence_section_shows_each_outputs_accuracy_beside_the_constants(tmp_path: Path) -> None:
+    """Issue 96: each final output's mean risk and accuracy sit beside its worst-group risk, and h̄'s row reads
+    ln K and 1 / K exactly on every dataset, from the committed run."""
+    document = json.loads((RESULTS / "convergence_bench.json").read_text())
+    (tmp_path / "convergence_bench.json").write_text(json.dumps(document))
+    page = report_module().render(tmp_path, tmp_path / "docs" / "benchmarks.md")
+    assert "| mnist | uniform (h̄), a constant | 2.303 | 2.303 | 0.100 |" in page
+    assert "| census-income | uniform (h̄), a constant | 0.693 | 0.693 | 0.500 |" in page
+    for dataset, methods in document["results"].items():
+        assert f"| {dataset} | base rate, a constant |" in page
+        for label, figures in (
+            ("FedAvg", methods["fedavg"]),
+            ("FedSRCVaR, server momentum", methods["fedsrcvar_after"]),
+        ):
+            shown = f"{figures['final_worst_risk']:.3f} | {figures['final_mean_risk']:.3f} | {figures['final_accuracy']:.3f}"
+            assert f"| {dataset} | {label} | {shown} |" in page
