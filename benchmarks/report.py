@@ -26,7 +26,7 @@ from typing import Any
 
 from report_learning import census_fairness, convergence_bench, dp_bench, dp_bits, dp_utility, dp_utility_equal
 from report_eval_error import eval_error
-from report_learning import influence_bench, noised_statistics, reference_gap, simulation_speed
+from report_learning import influence_bench, noised_statistics, reference_gap, server_step_bench, simulation_speed
 from report_bounded import input_bound_cost
 from report_dp_stretch import dp_baseline, dp_stretch
 from report_gpu import gpu_bench
@@ -114,6 +114,7 @@ SECTIONS: dict[str, Shows] = {
     "dp_propfair_census_income": dp_baseline,
     "dp_deltafl_census_income": dp_baseline,
     "convergence_bench": convergence_bench,
+    "server_step_bench": server_step_bench,
     "reference_gap": reference_gap,
     "influence_bench": influence_bench,
     "federation_bench": federation_bench,

@@ -351,3 +351,35 @@ def test_the_round_compare_section_gives_the_live_peaks_and_their_goal_where_the
         "from 1 further run of each tree with every allocation traced" in page
         and "at most 1.05× the reference's" in page
     )
+
+
+def test_the_convergence_section_shows_each_outputs_accuracy_beside_the_constants(tmp_path: Path) -> None:
+    """Issue 96: each final output's mean risk and accuracy sit beside its worst-group risk, and h̄'s row reads
+    ln K and 1 / K exactly on every dataset, from the committed run."""
+    document = json.loads((RESULTS / "convergence_bench.json").read_text())
+    (tmp_path / "convergence_bench.json").write_text(json.dumps(document))
+    page = report_module().render(tmp_path, tmp_path / "docs" / "benchmarks.md")
+    assert "| mnist | uniform (h̄), a constant | 2.303 | 2.303 | 0.100 |" in page
+    assert "| census-income | uniform (h̄), a constant | 0.693 | 0.693 | 0.500 |" in page
+    for dataset, methods in document["results"].items():
+        assert f"| {dataset} | base rate, a constant |" in page
+        for label, figures in (
+            ("FedAvg", methods["fedavg"]),
+            ("FedSRCVaR, server momentum", methods["fedsrcvar_after"]),
+        ):
+            shown = f"{figures['final_worst_risk']:.3f} | {figures['final_mean_risk']:.3f} | {figures['final_accuracy']:.3f}"
+            assert f"| {dataset} | {label} | {shown} |" in page
+
+
+def test_the_server_step_section_shows_each_rows_accuracy_beside_the_constants(tmp_path: Path) -> None:
+    """Issue 96: each server step's validation mean risk and accuracy sit beside its worst-group risk, FedAvg's row
+    too, and h̄'s row reads ln 10 and 1 / 10 exactly on the same validation rows, from the committed run."""
+    document = json.loads((RESULTS / "server_step_bench.json").read_text())
+    (tmp_path / "server_step_bench.json").write_text(json.dumps(document))
+    page = report_module().render(tmp_path, tmp_path / "docs" / "benchmarks.md")
+    assert "| uniform (h̄), a constant |  |  | 2.303 | 2.303 | 0.100 |  |  |" in page
+    assert "| base rate, a constant |" in page
+    assert len(document["rows"]) == 17 and document["rows"][-1]["server_step"].startswith("FedAvg")
+    for row in document["rows"]:
+        figures = [row[f"validation_{figure}"] for figure in ("worst_risk", "mean_risk", "accuracy")]
+        assert " | ".join(f"{figure:.3f}" for figure in figures) in page, row["server_step"]

@@ -223,3 +223,20 @@ def test_a_committed_stopped_choice_trained_again_reads_its_committed_figures(tm
     for fresh, row in zip(again, committed, strict=True):
         for figure in stopped.HELD_OUT_COLUMNS:
             assert fresh[f"held_out_{figure}"] == pytest.approx(float(row[f"held_out_{figure}"]), abs=1e-6), figure
+
+
+def test_the_committed_epsilon_probe_reads_the_stopped_tables_runs_at_its_chosen_point() -> None:
+    # benchmarks/epsilon_at_stop.py trains the stopped study's own runs: at the point the MNIST study chose (step 0.1,
+    # epsilon 0.5) its stop and held-out figures are stopped.csv's FedSRCVaR rows, on one machine, to every digit.
+    folder = FIGURES / "tuned_mnist_all_rho"
+    chosen = next(row for row in read_csv(folder / "stopped_choice.csv") if row["method"] == "FedSRCVaR")
+    probe = [row for row in read_csv(folder / "epsilon_at_stop.csv") if row["point"] == chosen["chosen"]]
+    validation = [row for row in probe if row["split"] == "validation"]
+    assert len(validation) == 1 and validation[0]["stop_round"] == chosen["stop_round"]
+    assert float(validation[0]["validation_worst_risk"]) == float(chosen["validation_worst_risk"])
+    table = {row["seed"]: row for row in read_csv(folder / "stopped.csv") if row["method"] == "FedSRCVaR"}
+    tested = [row for row in probe if row["split"] == "test"]
+    assert sorted(row["seed"] for row in tested) == sorted(table)
+    for row in tested:
+        for figure in stopped.HELD_OUT_COLUMNS:
+            assert float(row[f"held_out_{figure}"]) == float(table[row["seed"]][f"held_out_{figure}"]), figure
