@@ -410,7 +410,7 @@ def test_a_sites_chain_steps_the_verified_total_as_the_aggregator_does_and_voids
     for scale, takes in ((1, True), (3, False)):
         chain = ModelChain("hospital-a", shared, initial=lambda: initial)
         chain.sent(1, *first)
-        chain.verified_bounded(1, total * scale, COLLABORATORS, outcome.server.parameters.fractional_bits)
+        chain.verified_fixed_point(1, total * scale, COLLABORATORS, outcome.server.parameters.fractional_bits)
         assert chain.anchor is not None and chain.anchor.verified and (chain.anchor.next is not None) == takes
         if takes:
             chain.sent(2, model_download(moved.theta.numpy(), builtin=True), moved.c, None)
@@ -442,6 +442,6 @@ def test_a_colluders_shift_of_the_total_moves_the_model_only_within_the_plans_su
     for shift, takes in ((within, True), (beyond, False)):
         chain = ModelChain("hospital-a", shared, initial=lambda: initial)
         chain.sent(1, model_download(start.theta.numpy(), builtin=True), start.c, None)
-        chain.verified_bounded(1, total + shift, COLLABORATORS, bits)
+        chain.verified_fixed_point(1, total + shift, COLLABORATORS, bits)
         assert chain.anchor is not None and chain.anchor.verified and (chain.anchor.next is not None) == takes
         assert takes or "beyond the plan's [influence] update_norm" in chain.anchor.void

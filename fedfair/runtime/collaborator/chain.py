@@ -171,23 +171,22 @@ class ModelChain:
             logged = LoggedSum(round_number, words, tuple(sorted(survivors)), weight, encoder.config, encoder.parties)
             self._step(decoded, encoder.config.clip, logged)
 
-    def verified_bounded(
+    def verified_fixed_point(
         self, round_number: int, total: np.ndarray, survivors: Collection[str], fractional_bits: int
     ) -> None:
-        """Apply the plan's server step to training round `round_number`'s verified bounded total.
+        """Apply the plan's server step to training round `round_number`'s verified fixed-point total.
 
-        `total` is the bounded sum's total this site verified (signed integers, 2^f times the accepted sites'
-        weighted updates, f the round's `fractional_bits`), decoded as the aggregator's
-        :meth:`~fedfair.secagg.bounded.server.BoundedServer.finish` decodes it: its weight the plan's total for
-        `survivors` (the accepted sites), each of whose stochastic rounding moved a coordinate by under 2^-f. Then
-        as :meth:`verified`.
+        `total` is a total this site verified in signed fixed point (integers, 2^f times the summed sites' weighted
+        updates, f = `fractional_bits`; the input-bound kind's total is one), decoded as the aggregator decodes it:
+        its weight the plan's total for `survivors` (the summed sites), each of whose stochastic rounding moved a
+        coordinate by under 2^-f. Then as :meth:`verified`, which takes a sum in the masked encoding's words.
         """
         if not self._checks(round_number):
             return
         logged = LoggedSum(
             round_number, total, tuple(sorted(survivors)), self._agreed(survivors), fractional_bits=fractional_bits
         )
-        self._step(_bounded(logged), self._shared.secure_aggregation.encoding().clip, logged)
+        self._step(_fixed_point(logged), self._shared.secure_aggregation.encoding().clip, logged)
 
     def missed(self, through: int) -> range:
         """The training rounds up to `through` whose sums this site did not verify since the last one it did.
@@ -233,16 +232,16 @@ class ModelChain:
         self._anchor = Anchor(round_number, state)
         self.verified(round_number, words, survivors, encoder)
 
-    def caught_up_bounded(
+    def caught_up_fixed_point(
         self, round_number: int, state: HeldState, total: np.ndarray, survivors: Collection[str], fractional_bits: int
     ) -> None:
-        """Apply the plan's server step to missed bounded round `round_number`'s total, which this site verified.
+        """Apply the plan's server step to missed round `round_number`'s fixed-point total, which this site verified.
 
-        As :meth:`caught_up`: `total` is the one this site checked as a bystander
-        (:mod:`fedfair.secagg.bounded.bystander`), stepped as :meth:`verified_bounded` steps its own.
+        As :meth:`caught_up`: `total` is the one this site checked as a bystander (the input-bound kind's:
+        :mod:`fedfair.secagg.bounded.bystander`), stepped as :meth:`verified_fixed_point` steps its own.
         """
         self._anchor = Anchor(round_number, state)
-        self.verified_bounded(round_number, total, survivors, fractional_bits)
+        self.verified_fixed_point(round_number, total, survivors, fractional_bits)
 
     def _checks(self, round_number: int) -> bool:
         """Whether this site checks training round `round_number`'s model: it holds that round's anchor."""
@@ -308,7 +307,7 @@ class ModelChain:
         checked again.
         """
         if logged.encoding is None:
-            decoded = _bounded(logged)
+            decoded = _fixed_point(logged)
         else:
             encoder = Encoder(logged.encoding, logged.parties)
             decoded = self._decoded(logged.values, len(logged.survivors), encoder, state.in_file)
@@ -502,11 +501,11 @@ class ModelChain:
         return said
 
 
-def _bounded(logged: LoggedSum) -> DecodedSum:
-    """A bounded round's verified total (`logged`) decoded as the aggregator decodes it.
+def _fixed_point(logged: LoggedSum) -> DecodedSum:
+    """A verified signed fixed-point total (`logged`, without a masked encoding) decoded as the aggregator decodes it.
 
-    As :meth:`~fedfair.secagg.bounded.server.BoundedServer.finish` does: its weight the plan's total for the
-    accepted sites, each of whose stochastic rounding moved a coordinate by under 2^-f.
+    As the input-bound kind's server does (:meth:`~fedfair.secagg.bounded.server.BoundedServer.finish`): its weight
+    the plan's total for the summed sites, each of whose stochastic rounding moved a coordinate by under 2^-f.
     """
     summands, bits = len(logged.survivors), logged.fractional_bits
     values = np.ldexp(logged.values.astype(np.float64), -bits)

@@ -312,7 +312,7 @@ def test_a_bounded_rounds_total_is_logged_and_stepped_again_bit_for_bit(federati
     chain.sent(1, *sent(federation.start))
     bits, length = 30, update_dimension(federation.start.theta.numel(), corrects_drift=False)
     total = np.random.default_rng(1).integers(-(2**20), 2**20, length)  # 2^30 times a sum within every bound
-    chain.verified_bounded(1, total, NAMES, bits)
+    chain.verified_fixed_point(1, total, NAMES, bits)
     assert chain.anchor is not None and chain.anchor.next is not None
     sums = [size for name, (_, size) in kept_files_of(chain).items() if name.endswith(chain_record.SUM_SUFFIX)]
     assert sums == [total.nbytes]

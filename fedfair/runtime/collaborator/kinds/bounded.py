@@ -321,7 +321,7 @@ def verify(me: Participant, work: Work, inputs: StageInput) -> bytes:
         )
     total = spec.step(site, tags, _not_asked)
     accepted = [held.roster[party - 1] for party in site.accepted]
-    me.chain.verified_bounded(work.round, total, accepted, site.parameters.fractional_bits)
+    me.chain.verified_fixed_point(work.round, total, accepted, site.parameters.fractional_bits)
     return ACCEPTED
 
 

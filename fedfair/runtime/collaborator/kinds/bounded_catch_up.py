@@ -66,7 +66,7 @@ def bounded_kept_round(me: Participant, round_number: int, inputs: list[bytes]) 
                 "; ".join(reasons),
                 "" if kept is None else f" (kept as {kept})",
             )
-        me.chain.caught_up_bounded(round_number, state, checked.total, accepted, bounded.fractional_bits)
+        me.chain.caught_up_fixed_point(round_number, state, checked.total, accepted, bounded.fractional_bits)
         return accepted
 
     return KeptRound(parameters.model, step)
