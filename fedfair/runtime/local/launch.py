@@ -31,6 +31,7 @@ from fedfair.runtime.local.processes import (
 from fedfair.runtime.local.builtin import SPLITS, builtin_workspace, check_sites, rehearsal_ledgers
 from fedfair.runtime.local.console import closing_lines, describe_privacy
 from fedfair.runtime.observe.progress import Progress
+from fedfair.runtime.peer.retries import process_started
 from fedfair.runtime.output_folder import COMPARISON_NAME, FINAL_SUMMARY_NAME
 from fedfair.runtime.stops import stop_on_signals
 
@@ -119,7 +120,8 @@ def print_failures(children: list[Child], logs: Path) -> None:
 
 def run_launch(args: argparse.Namespace, comparison: Comparison | None = None) -> int:
     """Check the split, then `federate` in `--workdir` or a temporary folder, kept when the run finishes unless `--no-keep`."""
-    started = time.perf_counter()  # what the operator waits for starts here: "Finished in" counts it all
+    # What the operator waits for starts with the command, imports included: "Finished in" counts it all.
+    started = process_started()
     if args.csv and args.label is None:
         raise ConfigError("--csv needs --label COLUMN, the label column every table holds")
     if args.label is not None and not args.csv:
@@ -181,11 +183,11 @@ def federate(
     Each process's log goes to a file in ``root/logs``; a process that fails has its last lines printed.
     With ``args.csv`` the institutions are those tables, set up as ``fedfair init`` and its README would
     (:mod:`fedfair.runtime.local.rehearsal`). "Finished in" is the wall time since `started` (the command's
-    start, on ``time.perf_counter``'s clock; default: this call's): everything the operator waited for.
+    start, on ``time.monotonic``'s clock; default: this call's): everything the operator waited for.
     """
     from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
 
-    started = time.perf_counter() if started is None else started
+    started = time.monotonic() if started is None else started
     workspace, holding = launch_workspace(args, root)
     names = list(workspace.configs)
     plan = load_aggregator_plan(workspace.plan)
@@ -238,7 +240,7 @@ def federate(
 
         refresh_report(workspace.output)  # the aggregator drew it before the comparison existed
     # The wall time the operator waited: the workspace, the federation, the comparison and the report.
-    seconds = time.perf_counter() - started
+    seconds = time.monotonic() - started
     print()
     lines = closing_lines(
         report,

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from fedfair import cli
 from fedfair.core.errors import ConfigError, QuorumError, QuorumReason
 from fedfair.runtime.aggregator import quorum
 from fedfair.runtime.aggregator.bundles import initial_state
@@ -29,6 +30,7 @@ from fedfair.runtime.aggregator.checkpoint import (
 )
 from fedfair.cli.aggregator import readmit
 from fedfair.runtime.observe.events import read_events
+from fedfair.runtime.observe.status import federation_state
 from fedfair.runtime.aggregator.loop import excluded_in
 from fedfair.runtime.aggregator.network import serve
 from fedfair.runtime.aggregator.start import run_aggregator
@@ -139,7 +141,7 @@ def test_an_early_aggregator_waits_names_who_is_missing_owns_its_folder_and_port
 
 
 def test_a_startup_deadline_ends_with_advice_that_works_without_a_checkpoint(
-    workspace: Workspace, quick_reports: None
+    workspace: Workspace, quick_reports: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plan = load_aggregator_plan(workspace.plan)
     with pytest.raises(QuorumError) as failed:
@@ -151,6 +153,12 @@ def test_a_startup_deadline_ends_with_advice_that_works_without_a_checkpoint(
         "(missing: site-a, site-b, site-c). Nothing was trained yet."
     )
     assert "again, without --resume (there is no checkpoint yet)" in message
+    # `fedfair status` says why it stopped, the error and its fix, as the aggregator's last event recorded it.
+    state = federation_state(plan.aggregator.output)
+    assert (state.running, state.stopped, state.exit_status) == (False, message, 2)
+    assert cli.main(["status", str(plan.aggregator.output)]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert "stopped (exit 2)" in shown[0] and f"  stopped: {message}" in shown, shown
     # The lock went with the process's run: the next start may take the folder.
     with pytest.raises(QuorumError):
         run_aggregator(plan, startup_timeout=0.1)

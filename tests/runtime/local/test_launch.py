@@ -274,9 +274,10 @@ def test_the_demo_plans_what_init_plans_and_reports_the_worst_off_groups_composi
     # None over 120 characters, progress lines included, but those that name this test's long temporary folder.
     wide = [line for line in lines if len(line) > 120 and str(tmp_path) not in line]
     assert not wide, wide
-    # "Finished in" is the wall time the operator waited: all of it but the interpreter's start and exit.
+    # "Finished in" is the wall time the operator waited, counted from the process's start (imports included, 9 s
+    # of a 91 s `make demo` on a loaded machine): all of it but the fork before and the interpreter's exit after it.
     (finished,) = re.findall(r"^Finished in (\d+) s\.", output, re.MULTILINE)
-    assert waited - 15.0 <= int(finished) <= waited + 1.0, (finished, waited)
+    assert waited - 5.0 <= int(finished) <= waited + 1.0, (finished, waited)
     assert output.rstrip().splitlines()[-2].startswith("Secure aggregation was ON")
     assert "[aggregator]" in (kept / "logs" / "aggregator.log").read_text()
     assert "Secure aggregation was ON" in output and "What the federation saw, its private estimate" in output
