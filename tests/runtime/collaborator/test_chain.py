@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import dataclasses
 from pathlib import Path
 
@@ -228,3 +230,31 @@ def test_a_site_that_verified_no_sum_yet_catches_up_from_the_initial_model(feder
     chain.caught_up(1, ran_on, words1, NAMES, federation.encoder(1, words1.size))
     chain.sent(2, *sent(after1), None)
     assert list(ModelChain("site-b", federation.shared).missed(3)) == []  # no initial model of its own: nothing
+
+
+@pytest.mark.parametrize("next_round_runs", [True, False])
+def test_a_round_aborted_after_its_tags_but_served_as_applied_is_dropped_by_the_next_model(
+    federation: Federation, next_round_runs: bool
+) -> None:
+    """Away for round 2, which the aggregator aborted once every site had tagged its sum (no site applied it) and then
+    kept as applied: the tags check, so the catch-up steps by it (red team F1b; tags are signed before anything says
+    the round applied). The model the honest sites go on from is round 2's start: the next round's signed digest, or
+    the output model after the last round, is the state before round 2's step, which the chain keeps beside it as
+    the round-void candidate, so round 2 is dropped and nothing built on it is taken."""
+    chain, state = verified_chain(federation, 1)  # it took round 2's model, then left
+    before2 = copy.deepcopy(state)  # the aggregator's state, which the aborted round's step leaves as it was
+    words2, after2 = federation.round(state, 2)  # tagged by every site, then aborted: no one stepped by it
+    ran_on = chain.ran_on(2, digest(state))
+    assert ran_on is not None
+    chain.caught_up(2, ran_on, words2, NAMES, federation.encoder(2, words2.size))
+    if next_round_runs:  # round 3 ran on round 2's start (its parties signed that digest)
+        words3, after3 = federation.round(before2, 3)
+        ran_on = chain.ran_on(3, digest(state))
+        assert ran_on is not None
+        chain.caught_up(3, ran_on, words3, NAMES, federation.encoder(3, words3.size))
+        chain.sent(4, *sent(after3), None)
+        with pytest.raises(VerificationError, match="NEXT_MODEL"):  # round 2's step is not a candidate any more
+            chain.sent(4, *sent(federation.round(after2, 3)[1]), None)
+    else:  # round 2 was the last: the output model the others evaluate is the average of round 2's start
+        chain.evaluated(2, model_download(state.theta_average.numpy(), builtin=True), state.c_average)
+    assert chain.unchecked_from is None
