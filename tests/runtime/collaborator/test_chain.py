@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 import dataclasses
+import types
 from pathlib import Path
 
 import numpy as np
@@ -14,12 +15,15 @@ import torch
 from fedfair.core import server
 from fedfair.core.errors import VerificationError, VerifyReason
 from fedfair.runtime.aggregator.bundles import initial_state
+from fedfair.runtime.collaborator import catch_up as catch_up_module
 from fedfair.runtime.collaborator import chain as chain_module
+from fedfair.runtime.collaborator.catch_up import KeptRound, KindCatchUp
 from fedfair.core.errors import UncheckedModelError
 from fedfair.runtime.collaborator.chain import ModelChain
 from fedfair.core.update import update_dimension
 from fedfair.runtime.contract import model_digest, model_download
 from fedfair.runtime.local.workspace import make_workspace
+from fedfair.runtime.state_files import HeldState
 from fedfair.runtime.plan.aggregator_plan import (
     AggregatorPlan,
     SharedSettings,
@@ -257,4 +261,36 @@ def test_a_round_aborted_after_its_tags_but_served_as_applied_is_dropped_by_the_
             chain.sent(4, *sent(federation.round(after2, 3)[1]), None)
     else:  # round 2 was the last: the output model the others evaluate is the average of round 2's start
         chain.evaluated(2, model_download(state.theta_average.numpy(), builtin=True), state.c_average)
+    assert chain.unchecked_from is None
+
+
+def test_a_missed_round_its_kind_cannot_tell_was_applied_is_taken_as_not_kept(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Away for rounds 2 and 3; round 2's kind checks it but cannot tell whether it applied (a bounded record naming
+    a liar, :class:`~fedfair.secagg.bounded.bystander.VoidableRound`): the catch-up takes it as a round not kept, and
+    round 3's signed digest decides. Round 3 ran on round 2's start, so round 2 was void: the site catches up round 3
+    from that state and takes round 4's model; had round 2 applied, round 3 would find no state and the site sit out."""
+    chain, state = verified_chain(federation, 1)
+    before2 = copy.deepcopy(state)
+    federation.round(state, 2)  # voided by a dispute at every accepted site
+    words3, after3 = federation.round(before2, 3)
+    models = {2: digest(state), 3: digest(state)}
+
+    def parsed(me: object, round_number: int, inputs: list[bytes]) -> KeptRound:
+        def step(held: HeldState) -> frozenset[str] | None:
+            if round_number == 2:
+                return None  # the record names a liar
+            chain.caught_up(round_number, held, words3, NAMES, federation.encoder(3, words3.size))
+            return frozenset(NAMES)
+
+        return KeptRound(models[round_number], step)
+
+    kind = federation.shared.secure_aggregation.training_kind
+    monkeypatch.setitem(catch_up_module.CATCH_UPS, kind, KindCatchUp((), parsed))
+    monkeypatch.setattr(catch_up_module, "kept_inputs", lambda *args: [])
+    me = types.SimpleNamespace(name="site-a", shared=federation.shared, chain=chain, outcome=None)
+    assert catch_up_module.catch_up(me, None, None, 3) is True  # type: ignore[arg-type]
+    assert list(chain.missed(3)) == []
+    chain.sent(4, *sent(after3), None)
     assert chain.unchecked_from is None
