@@ -8,7 +8,12 @@ public parameters they are checked under, in ``NAME.FEDERATION.bounded_settlemen
 atomically (a crash leaves the old file or the whole new one) before its parts leave, readable by its owner alone
 (0600: the two shares together are its update), one round at a time, and removed once that round ends for the site:
 its verdict record answered, the round aborted or left, another round begun, the process ending
-(:func:`drop_settlement`). Nothing else of the round is kept: the update and its witness are not needed to answer a record.
+(:func:`drop_settlement`). Nothing else of the round is kept: the update and its witness are not needed to answer a
+record.
+
+Used only where a participant that lost its round state is still handed that round's DECIDE (``decide`` with no
+round in memory): a restarted process is not, yet (its task stream withdraws from a round it did not start), so
+there the file only waits for its round to end.
 
 Why: docs/security.md, "A framed site".
 """
