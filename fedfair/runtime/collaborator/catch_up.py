@@ -35,12 +35,13 @@ class KeptRound:
 
     model: the digest of the model the round ran on, as its parameters state it (signed by its parties).
     step: checks the round's sum and, once it checks, steps the chain from the state the round ran on (the one of
-        digest `model`); returns who is in the sum. Raises VerificationError, naming the missed round, where the
-        sum does not check.
+        digest `model`); returns who is in the sum, or None where the sum checks but a site that missed the round
+        cannot tell whether it was applied (it is then taken as a round not kept). Raises VerificationError, naming
+        the missed round, where the sum does not check.
     """
 
     model: str
-    step: Callable[[HeldState], frozenset[str]]
+    step: Callable[[HeldState], frozenset[str] | None]
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,8 @@ def catch_up(me: Participant, uplink: Uplink, stub: pb_grpc.FederationStub, thro
             )
             return applied
         summed = kept.step(state)
+        if summed is None:
+            continue  # void or applied, as a round not kept: the next kept round's model decides (its own log line)
         if me.name in summed and me.outcome is not None:
             # Its update is in the sum, by the round's signed data (it died after its part was committed): the
             # outcome record counts the round as one the model holds, as it would have had the site lived.

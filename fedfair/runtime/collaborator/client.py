@@ -31,6 +31,7 @@ from fedfair.runtime.collaborator.charges import Charges, open_ledger, open_reco
 from fedfair.runtime.collaborator.config import CollaboratorConfig
 from fedfair.runtime.peer.connection import Connection, plan_change
 from fedfair.runtime.collaborator.identity import check_identity
+from fedfair.runtime.collaborator.kinds.bounded_settlement import settlement_file
 from fedfair.runtime.collaborator.preparation import (
     Joined,
     Prepared,
@@ -209,6 +210,16 @@ class Collaborator(TaskStream):
         load_kernels(self.shared, self.config.name)
         if self.shared.schema is None:
             self.prepare(load_local_data(self.config, self.shared, table), self.shared)
+
+    def run(self) -> int:
+        """Follow the federation to its end (:meth:`TaskStream.run`); however it ends, no kept settlement outlives it."""
+        try:
+            return super().run()
+        finally:
+            # Also when it never joined (the aggregator gone): the federation is then the one its config names.
+            federation = self.config.federation if self._joined is None else self.shared.federation_id
+            if federation is not None:
+                settlement_file(self.config.source.parent, self.config.name, federation).unlink(missing_ok=True)
 
     def say_joined(self) -> None:
         """Log that this institution joined (the aggregator took its task stream): :func:`say_joined`."""

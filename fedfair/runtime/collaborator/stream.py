@@ -27,6 +27,7 @@ from fedfair.core.errors import (
     WireError,
 )
 from fedfair.runtime.collaborator.config import CollaboratorConfig
+from fedfair.runtime.collaborator.kinds.bounded_settlement import drop_settlement
 from fedfair.runtime.peer.connection import Connection
 from fedfair.runtime.peer.retries import RETRYABLE
 from fedfair.runtime.collaborator.stage_steps import round_steps
@@ -146,9 +147,10 @@ class TaskStream:
         binding = task.binding
         at = WireStage.of(binding)
         if task.action == pb.ACTION_ABORTED:
-            if self._work is not None and self._work.round == binding.round:
-                logger.info("%s: round %d was aborted by the aggregator", self.config.name, binding.round)
-                self._work = None
+            if self._work is None or self._work.round == binding.round:
+                if self._work is not None:
+                    logger.info("%s: round %d was aborted by the aggregator", self.config.name, binding.round)
+                self._end_round()
             if at == self.training.last(self.shared.secure_aggregation.enabled):
                 self._note_round(binding.round, held=False)
             return True
@@ -202,7 +204,7 @@ class TaskStream:
                         stage,
                         code.name,
                     )
-                self._work = None
+                self._end_round()
             return False
         except VerificationError as error:  # a model not made from the sums this site verified (the model chain)
             # Its round is a training round's: this one's, or one this site missed and caught up on (.catch_up).
@@ -216,7 +218,7 @@ class TaskStream:
                 self.aggregations.name(at),
                 error,
             )
-            self._work = None
+            self._end_round()
             return True
         except WireError as error:
             # A malformed model from the aggregator: sit the round out rather than crash.
@@ -228,9 +230,19 @@ class TaskStream:
                 self.aggregations.name(at),
                 error,
             )
-            self._work = None
+            self._end_round()
             return False
         return True
+
+    def _end_round(self) -> None:
+        """The current round ended for this site (aborted, left, or another begins): forget its work.
+
+        A bounded round's kept settlement goes with it (:func:`.bounded_settlement.drop_settlement`): it alone is this
+        site's update, and only the record of the round it was kept for could use it (docs/security.md, "A framed
+        site").
+        """
+        self._work = None
+        drop_settlement(self.participant)
 
     def _verifies_after(self, binding: pb.Binding) -> bool:
         """Whether `binding` is the UNMASK stage of an aggregation this site goes on to verify (verified aggregation)."""
@@ -261,7 +273,7 @@ class TaskStream:
         """
         jobs = self.connection.jobs
         assert jobs is not None  # the connection hands tasks over inside its executor
-        self._work = None  # the last aggregation's contribution goes before this one's model comes
+        self._end_round()  # the last aggregation's contribution goes before this one's model comes
         compute = self.evaluate(stub, binding) if stages is EVALUATION else self.train(stub, binding)
 
         def job() -> Work:
@@ -289,7 +301,9 @@ class TaskStream:
         at = WireStage.of(binding)
         work = self._work
         if work is None or work.round != binding.round or at not in work.stages.uploads:
-            # A task for a round this process did not start (it restarted mid-round): sit it out.
+            # A task for a round this process did not start (it restarted mid-round): sit it out. A settlement kept
+            # before the restart is of no use once the federation is at another round.
+            drop_settlement(self.participant, keeping=binding.round)
             self.submit(stub, binding, b"")
             return
         if work.withdrawn:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
+
 import dataclasses
+import types
 from pathlib import Path
 
 import numpy as np
@@ -12,12 +15,15 @@ import torch
 from fedfair.core import server
 from fedfair.core.errors import VerificationError, VerifyReason
 from fedfair.runtime.aggregator.bundles import initial_state
+from fedfair.runtime.collaborator import catch_up as catch_up_module
 from fedfair.runtime.collaborator import chain as chain_module
+from fedfair.runtime.collaborator.catch_up import KeptRound, KindCatchUp
 from fedfair.core.errors import UncheckedModelError
 from fedfair.runtime.collaborator.chain import ModelChain
 from fedfair.core.update import update_dimension
 from fedfair.runtime.contract import model_digest, model_download
 from fedfair.runtime.local.workspace import make_workspace
+from fedfair.runtime.state_files import HeldState
 from fedfair.runtime.plan.aggregator_plan import (
     AggregatorPlan,
     SharedSettings,
@@ -228,3 +234,63 @@ def test_a_site_that_verified_no_sum_yet_catches_up_from_the_initial_model(feder
     chain.caught_up(1, ran_on, words1, NAMES, federation.encoder(1, words1.size))
     chain.sent(2, *sent(after1), None)
     assert list(ModelChain("site-b", federation.shared).missed(3)) == []  # no initial model of its own: nothing
+
+
+@pytest.mark.parametrize("next_round_runs", [True, False])
+def test_a_round_aborted_after_its_tags_but_served_as_applied_is_dropped_by_the_next_model(
+    federation: Federation, next_round_runs: bool
+) -> None:
+    """Away for round 2, which the aggregator aborted once every site had tagged its sum (no site applied it) and then
+    kept as applied: the tags check, so the catch-up steps by it (red team F1b; tags are signed before anything says
+    the round applied). The model the honest sites go on from is round 2's start: the next round's signed digest, or
+    the output model after the last round, is the state before round 2's step, which the chain keeps beside it as
+    the round-void candidate, so round 2 is dropped and nothing built on it is taken."""
+    chain, state = verified_chain(federation, 1)  # it took round 2's model, then left
+    before2 = copy.deepcopy(state)  # the aggregator's state, which the aborted round's step leaves as it was
+    words2, after2 = federation.round(state, 2)  # tagged by every site, then aborted: no one stepped by it
+    ran_on = chain.ran_on(2, digest(state))
+    assert ran_on is not None
+    chain.caught_up(2, ran_on, words2, NAMES, federation.encoder(2, words2.size))
+    if next_round_runs:  # round 3 ran on round 2's start (its parties signed that digest)
+        words3, after3 = federation.round(before2, 3)
+        ran_on = chain.ran_on(3, digest(state))
+        assert ran_on is not None
+        chain.caught_up(3, ran_on, words3, NAMES, federation.encoder(3, words3.size))
+        chain.sent(4, *sent(after3), None)
+        with pytest.raises(VerificationError, match="NEXT_MODEL"):  # round 2's step is not a candidate any more
+            chain.sent(4, *sent(federation.round(after2, 3)[1]), None)
+    else:  # round 2 was the last: the output model the others evaluate is the average of round 2's start
+        chain.evaluated(2, model_download(state.theta_average.numpy(), builtin=True), state.c_average)
+    assert chain.unchecked_from is None
+
+
+def test_a_missed_round_its_kind_cannot_tell_was_applied_is_taken_as_not_kept(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Away for rounds 2 and 3; round 2's kind checks it but cannot tell whether it applied (a bounded record naming
+    a liar, :class:`~fedfair.secagg.bounded.bystander.VoidableRound`): the catch-up takes it as a round not kept, and
+    round 3's signed digest decides. Round 3 ran on round 2's start, so round 2 was void: the site catches up round 3
+    from that state and takes round 4's model; had round 2 applied, round 3 would find no state and the site sit out."""
+    chain, state = verified_chain(federation, 1)
+    before2 = copy.deepcopy(state)
+    federation.round(state, 2)  # voided by a dispute at every accepted site
+    words3, after3 = federation.round(before2, 3)
+    models = {2: digest(state), 3: digest(state)}
+
+    def parsed(me: object, round_number: int, inputs: list[bytes]) -> KeptRound:
+        def step(held: HeldState) -> frozenset[str] | None:
+            if round_number == 2:
+                return None  # the record names a liar
+            chain.caught_up(round_number, held, words3, NAMES, federation.encoder(3, words3.size))
+            return frozenset(NAMES)
+
+        return KeptRound(models[round_number], step)
+
+    kind = federation.shared.secure_aggregation.training_kind
+    monkeypatch.setitem(catch_up_module.CATCH_UPS, kind, KindCatchUp((), parsed))
+    monkeypatch.setattr(catch_up_module, "kept_inputs", lambda *args: [])
+    me = types.SimpleNamespace(name="site-a", shared=federation.shared, chain=chain, outcome=None)
+    assert catch_up_module.catch_up(me, None, None, 3) is True  # type: ignore[arg-type]
+    assert list(chain.missed(3)) == []
+    chain.sent(4, *sent(after3), None)
+    assert chain.unchecked_from is None

@@ -6,7 +6,8 @@ round key), its verdict record and its tag set; checks the parameters against it
 its manifest's pins, as it would have at SHARE (:func:`~fedfair.runtime.collaborator.kinds.bounded.site_setup`);
 checks the record and every accepted site's and the auditor's signed tags against the record's total as an accepted
 site checks them (:func:`fedfair.secagg.bounded.bystander.check_past_total`, which states why that is sound up to
-``max_colluding``); keeps the record's bytes beside its config, as a participant does; and applies the public
+``max_colluding``), and sits out, as a round not kept, one whose record names a liar (a dispute may have voided it,
+:class:`~fedfair.secagg.bounded.bystander.VoidableRound`); keeps the record's bytes beside its config, as a participant does; and applies the public
 server step to the total itself. A record or tags that do not check are refused as a participant refuses them
 (VerificationError: the site stops). docs/security.md, "A site that missed a bounded round".
 """
@@ -21,7 +22,7 @@ from fedfair.runtime.collaborator.kinds.bounded import keep_record, site_setup
 from fedfair.runtime.collaborator.steps import Participant
 from fedfair.runtime.contract import training_of
 from fedfair.runtime.state_files import HeldState
-from fedfair.secagg.bounded.bystander import PastBoundedRound, check_past_total
+from fedfair.secagg.bounded.bystander import PastBoundedRound, VoidableRound, check_past_total
 from fedfair.secagg.bounded.parameters import round_parameters
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND, DECIDE_STAGE, SHARE_STAGE, VERIFY_STAGE
 
@@ -50,11 +51,19 @@ def bounded_kept_round(me: Participant, round_number: int, inputs: list[bytes]) 
             round_number, VerifyReason.MALFORMED, f"the kept inputs of the round it missed do not check: {error}"
         ) from None
 
-    def step(state: HeldState) -> frozenset[str]:
+    def step(state: HeldState) -> frozenset[str] | None:
         try:
             checked = check_past_total(past, bounded)
         except VerificationError as error:  # named by the training round, as the model chain names its refusals
             raise VerificationError(round_number, error.reason, f"{error.detail} (a round it missed)") from None
+        except VoidableRound as voidable:
+            logger.warning(
+                "%s: caught up to round %d but not applying it: %s; the next round's model decides whether it was",
+                me.name,
+                round_number,
+                voidable,
+            )
+            return None
         kept = keep_record(me, round_number, inputs[_KEPT.index(DECIDE_STAGE)])
         accepted = frozenset(config.name_of(party) for party in checked.findings.accepted)
         for party, reasons in sorted(checked.findings.liars.items()):

@@ -6,8 +6,14 @@ share the site sealed to the auditor. Both lived in the process's memory alone, 
 DECIDE could not clear itself. It keeps them (:class:`~fedfair.secagg.bounded.peers.Settlement`), with the round's
 public parameters they are checked under, in ``NAME.FEDERATION.bounded_settlement`` beside its config: written
 atomically (a crash leaves the old file or the whole new one) before its parts leave, readable by its owner alone
-(0600: the two shares together are its update), one round at a time, and removed once the site answered that round's
-verdict record. Nothing else of the round is kept: the update and its witness are not needed to answer a record.
+(0600: the two shares together are its update), one round at a time, and removed once that round ends for the site:
+its verdict record answered, the round aborted or left, another round begun, the process ending
+(:func:`drop_settlement`). Nothing else of the round is kept: the update and its witness are not needed to answer a
+record.
+
+Used only where a participant that lost its round state is still handed that round's DECIDE (``decide`` with no
+round in memory): a restarted process is not, yet (its task stream withdraws from a round it did not start), so
+there the file only waits for its round to end.
 
 Why: docs/security.md, "A framed site".
 """
@@ -43,7 +49,12 @@ def settlement_path(me: Participant) -> Path | None:
     """Where this site keeps its settlement: beside its config, or None without a folder (nothing kept)."""
     if me.folder is None:
         return None
-    return me.folder / f"{me.name}.{me.shared.federation_id}.{SETTLEMENT_SUFFIX}"
+    return settlement_file(me.folder, me.name, me.shared.federation_id)
+
+
+def settlement_file(folder: Path, name: str, federation_id: str) -> Path:
+    """Where site `name` keeps its settlement of federation `federation_id` in `folder` (its config's)."""
+    return folder / f"{name}.{federation_id}.{SETTLEMENT_SUFFIX}"
 
 
 def keep_settlement(me: Participant, round_number: int, public: bytes, site: BoundedSite) -> None:
@@ -82,8 +93,23 @@ def kept_round(me: Participant) -> KeptRound | None:
     return kept
 
 
-def drop_settlement(me: Participant) -> None:
-    """Remove the kept settlement: this site answered its round's verdict record."""
+def drop_settlement(me: Participant, *, keeping: int | None = None) -> None:
+    """Remove the kept settlement, unless it is of round `keeping`: its round ended for this site, answered or not.
+
+    Called once the verdict record is answered, the round aborted or left, another round begun, the process ending,
+    and (`keeping`: the round the federation is at) at a restarted process's first stage task. A damaged file goes.
+    Unlinking is enough, with no overwrite first: the file is its owner's alone (0600), and what it holds, the
+    update, is computed from the site's data and model on the same disk, which an overwrite would not take away from
+    a reader of the raw disk.
+    """
     path = settlement_path(me)
-    if path is not None:
-        path.unlink(missing_ok=True)
+    if path is None or not path.exists():
+        return
+    if keeping is not None:
+        try:
+            kept = kept_round(me)
+        except RefusedError:
+            kept = None  # a damaged file answers no record: it goes
+        if kept is not None and kept.round == keeping:
+            return
+    path.unlink(missing_ok=True)
