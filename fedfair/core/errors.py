@@ -254,6 +254,18 @@ class VerificationError(ProtocolError):
         self.detail = detail
 
 
+class VoidableRoundError(FedfairError):
+    """A missed round whose evidence checks, but which what no signature covers may have voided: it is not applied.
+
+    A site catching up takes it as a round not kept (the next round's signed model decides). `round` names the round;
+    `accepted` and `liars` are the party ids its record accepts and names liars.
+    """
+
+    def __init__(self, round_number: int, accepted: tuple[int, ...], liars: tuple[int, ...], why: str) -> None:
+        super().__init__(f"round {round_number}: {why}")
+        self.round, self.accepted, self.liars = round_number, accepted, liars
+
+
 class PrivacyWarning(UserWarning):
     """A secure-aggregation configuration runs but protects less than secure aggregation usually does."""
 

@@ -31,7 +31,6 @@ from fedfair.runtime.local.processes import (
 from fedfair.runtime.local.builtin import SPLITS, builtin_workspace, check_sites, rehearsal_ledgers
 from fedfair.runtime.local.console import closing_lines, describe_privacy
 from fedfair.runtime.observe.progress import Progress
-from fedfair.runtime.peer.retries import process_started
 from fedfair.runtime.output_folder import COMPARISON_NAME, FINAL_SUMMARY_NAME
 from fedfair.runtime.stops import stop_on_signals
 
@@ -121,6 +120,9 @@ def print_failures(children: list[Child], logs: Path) -> None:
 def run_launch(args: argparse.Namespace, comparison: Comparison | None = None) -> int:
     """Check the split, then `federate` in `--workdir` or a temporary folder, kept when the run finishes unless `--no-keep`."""
     # What the operator waits for starts with the command, imports included: "Finished in" counts it all.
+    # Imported here: the peer layer loads grpc, which `fedfair launch --help` must not (tests/test_cli.py).
+    from fedfair.runtime.peer.retries import process_started
+
     started = process_started()
     if args.csv and args.label is None:
         raise ConfigError("--csv needs --label COLUMN, the label column every table holds")

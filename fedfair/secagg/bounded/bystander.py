@@ -1,21 +1,13 @@
 """A site's check of a bounded round it took no part in: what lets a site that missed one catch up (issue 98).
 
-A site that was down during a bounded round holds no share, tag or context of it. It checks what every accepted
-site was sent (the SHARE opening, the verdict record, the tag set) as an accepted site checks it, less its own
-tags: the auditor's round key, the record against its evidence, every relayed dispute (one that holds makes the
-round void), then every accepted site's and the auditor's signed tags against the record's total. It applies the
-record's T only where every accepted site (at least the floor, t >= max_colluding + 2) signed tags over that
-record's digest: at least two honest sites checked and tagged this very record, so the aggregator with up to
-max_colluding sites cannot show the bystander a record or total the honest sites did not see; T's own soundness is
-an accepted site's.
+A site down during a bounded round checks what every accepted site was sent (the SHARE opening, the verdict record,
+the tag set) as an accepted site checks it, less its own tags. It applies the record's total only where every
+accepted site (at least the floor, t >= max_colluding + 2) signed tags over that record, so at least two honest sites
+checked this very record. A record that names a liar is not applied
+(:class:`~fedfair.core.errors.VoidableRoundError`): tags are signed before disputes are relayed, so a dispute that
+voided it could have been dropped from what was kept; the next round's signed model digest decides instead.
 
-Tags are signed at DECIDE, before the disputes are relayed at VERIFY, so nothing signed says which disputes the
-accepted sites were sent: the kept tag set's disputes are the aggregator's to drop. A dispute comes only from a site
-the record excludes, so a record that excludes nobody cannot have been voided by one, and one that names a liar may
-have been (the named site framed, its dispute relayed live, every accepted site stopping): such a round is not
-applied here (:class:`VoidableRound`), and the bystander treats it as a round not kept, whose fate the next round's
-signed model digest decides. docs/security.md, "Bounded inputs (two verifiers)", "A site that missed a bounded round
-(issue 98)".
+Why: docs/security.md, "A site that missed a bounded round (issue 98)".
 """
 
 from __future__ import annotations
@@ -26,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.core.errors import AuthenticationError, ProtocolError, VerificationError, VerifyReason
+from fedfair.core.errors import AuthenticationError, ProtocolError, VerificationError, VerifyReason, VoidableRoundError
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.messages import ShareOpening
 from fedfair.secagg.bounded.parameters import BoundedParameters
@@ -53,23 +45,6 @@ class PastBoundedRound:
         """
         opening, record, tag_set = inputs
         return cls(ShareOpening.from_bytes(opening), VerdictRecord.from_bytes(record), TagSet.from_bytes(tag_set))
-
-
-class VoidableRound(Exception):
-    """A missed round whose record checks but names liars: a dispute dropped from what was kept may have voided it.
-
-    findings: what the record found (its accepted sites and the liars it names), for the bystander's log line.
-    """
-
-    def __init__(self, round_number: int, findings: RoundFindings) -> None:
-        """Round `round_number`'s record checked, with `findings` naming at least one liar."""
-        self.round_number, self.findings = round_number, findings
-        super().__init__(
-            f"round {round_number}'s verdict record names part{'ies' if len(findings.liars) > 1 else 'y'} "
-            f"{', '.join(map(str, sorted(findings.liars)))} a liar: a dispute relayed at VERIFY, which no signature "
-            "covers, may have made the round void at every accepted site, so a site that missed it cannot tell "
-            "whether it was applied"
-        )
 
 
 @dataclass(frozen=True)
@@ -121,7 +96,7 @@ def check_past_total(past: PastBoundedRound, parameters: BoundedParameters) -> P
             dispute shows the aggregator framed a site (the round was void, not applied); MALFORMED, a relayed
             dispute does not hold; then as an accepted site's check of the total (MISSING_TAG, BAD_TAG, MALFORMED,
             FORGED).
-        VoidableRound: all of it checks, but the record names a liar: whether the round was applied is not for a
+        VoidableRoundError: all of it checks, but the record names a liar: whether the round was applied is not for a
             site that missed it to tell (a dispute may have voided it).
     """
     round_number = parameters.round_number
@@ -153,5 +128,13 @@ def check_past_total(past: PastBoundedRound, parameters: BoundedParameters) -> P
         parameters.site_keys,
     )
     if findings.liars:
-        raise VoidableRound(round_number, findings)
+        liars = tuple(sorted(findings.liars))
+        raise VoidableRoundError(
+            round_number,
+            tuple(findings.accepted),
+            liars,
+            f"its verdict record names part{'ies' if len(liars) > 1 else 'y'} {', '.join(map(str, liars))} a liar: a "
+            "dispute relayed at VERIFY, which no signature covers, may have made the round void at every accepted "
+            "site, so a site that missed it cannot tell whether it was applied",
+        )
     return PastTotal(total, findings)

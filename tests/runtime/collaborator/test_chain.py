@@ -268,7 +268,7 @@ def test_a_missed_round_its_kind_cannot_tell_was_applied_is_taken_as_not_kept(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Away for rounds 2 and 3; round 2's kind checks it but cannot tell whether it applied (a bounded record naming
-    a liar, :class:`~fedfair.secagg.bounded.bystander.VoidableRound`): the catch-up takes it as a round not kept, and
+    a liar, :class:`~fedfair.core.errors.VoidableRoundError`): the catch-up takes it as a round not kept, and
     round 3's signed digest decides. Round 3 ran on round 2's start, so round 2 was void: the site catches up round 3
     from that state and takes round 4's model; had round 2 applied, round 3 would find no state and the site sit out."""
     chain, state = verified_chain(federation, 1)

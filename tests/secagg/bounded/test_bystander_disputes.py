@@ -4,7 +4,7 @@ A framed site's dispute is relayed to every accepted site at VERIFY, and a dispu
 at each of them (FRAMED, every site stops). The tags are signed at DECIDE, before any dispute is relayed, so nothing
 an accepted site signs names the disputes it was later sent: the kept tag set is the aggregator's to edit. The red
 team (FINDINGS.md F1) kept the tag set without the dispute, and the bystander applied a total no honest site
-applied; a record that names a liar is now not applied by a site that missed it (:class:`VoidableRound`).
+applied; a record that names a liar is now not applied by a site that missed it (:class:`~fedfair.core.errors.VoidableRoundError`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import dataclasses
 import pytest
 
 from fedfair.secagg.bounded import field
-from fedfair.secagg.bounded.bystander import PastBoundedRound, VoidableRound, check_past_total
+from fedfair.secagg.bounded.bystander import PastBoundedRound, check_past_total
 from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.messages import Commitments, Encoded, SeedReveal, ShareOpening
 from fedfair.secagg.bounded.peers import BoundedSite
@@ -24,7 +24,7 @@ from fedfair.secagg.bounded.total import TagSet
 from fedfair.secagg.bounded.verifier import Role
 from fedfair.secagg.bounded.verifying import RoundVerifier
 from fedfair.secagg.simulate import run_round
-from fedfair.core.errors import VerificationError, VerifyReason
+from fedfair.core.errors import VerificationError, VerifyReason, VoidableRoundError
 from tests.secagg.bounded.roundkit import DIMENSION, FRACTIONAL_BITS, UPDATE_NORM
 from tests.secagg.bounded.test_bystander import Kept
 from tests.secagg.bounded.test_round import WEIGHTS, at_bound
@@ -86,6 +86,6 @@ def test_a_bystander_does_not_apply_a_round_whose_relayed_dispute_the_kept_tag_s
     dropped = PastBoundedRound.parsed(
         [opening.to_bytes(), record.data, dataclasses.replace(relayed, disputes=()).to_bytes()]
     )
-    with pytest.raises(VoidableRound) as voidable:
+    with pytest.raises(VoidableRoundError) as voidable:
         check_past_total(dropped, cast.server.parameters)
-    assert voidable.value.findings.accepted == (0, 1, 3) and set(voidable.value.findings.liars) == {FRAMED}
+    assert voidable.value.accepted == (0, 1, 3) and set(voidable.value.liars) == {FRAMED}

@@ -7,7 +7,7 @@ its manifest's pins, as it would have at SHARE (:func:`~fedfair.runtime.collabor
 checks the record and every accepted site's and the auditor's signed tags against the record's total as an accepted
 site checks them (:func:`fedfair.secagg.bounded.bystander.check_past_total`, which states why that is sound up to
 ``max_colluding``), and sits out, as a round not kept, one whose record names a liar (a dispute may have voided it,
-:class:`~fedfair.secagg.bounded.bystander.VoidableRound`); keeps the record's bytes beside its config, as a participant does; and applies the public
+:class:`~fedfair.core.errors.VoidableRoundError`); keeps the record's bytes beside its config, as a participant does; and applies the public
 server step to the total itself. A record or tags that do not check are refused as a participant refuses them
 (VerificationError: the site stops). docs/security.md, "A site that missed a bounded round".
 """
@@ -16,13 +16,21 @@ from __future__ import annotations
 
 import logging
 
-from fedfair.core.errors import ConfigError, ProtocolError, RefusedError, VerificationError, VerifyReason, WireError
+from fedfair.core.errors import (
+    ConfigError,
+    ProtocolError,
+    RefusedError,
+    VerificationError,
+    VerifyReason,
+    VoidableRoundError,
+    WireError,
+)
 from fedfair.runtime.collaborator.catch_up import KeptRound, KindCatchUp, register_catch_up
 from fedfair.runtime.collaborator.kinds.bounded import keep_record, site_setup
 from fedfair.runtime.collaborator.steps import Participant
 from fedfair.runtime.contract import training_of
 from fedfair.runtime.state_files import HeldState
-from fedfair.secagg.bounded.bystander import PastBoundedRound, VoidableRound, check_past_total
+from fedfair.secagg.bounded.bystander import PastBoundedRound, check_past_total
 from fedfair.secagg.bounded.parameters import round_parameters
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND, DECIDE_STAGE, SHARE_STAGE, VERIFY_STAGE
 
@@ -56,7 +64,7 @@ def bounded_kept_round(me: Participant, round_number: int, inputs: list[bytes]) 
             checked = check_past_total(past, bounded)
         except VerificationError as error:  # named by the training round, as the model chain names its refusals
             raise VerificationError(round_number, error.reason, f"{error.detail} (a round it missed)") from None
-        except VoidableRound as voidable:
+        except VoidableRoundError as voidable:
             logger.warning(
                 "%s: caught up to round %d but not applying it: %s; the next round's model decides whether it was",
                 me.name,

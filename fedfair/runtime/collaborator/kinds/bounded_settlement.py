@@ -1,19 +1,11 @@
 """What a site keeps of a bounded round between SHARE and DECIDE, so that a restart does not take its answer away.
 
-A verdict record that names a site a liar is cleared only with the part the site sent the aggregator (its dispute,
-:meth:`~fedfair.secagg.bounded.peers.BoundedSite.dispute`), and an auditor that framed it is seen only against the
-share the site sealed to the auditor. Both lived in the process's memory alone, so a site restarted between SHARE and
-DECIDE could not clear itself. It keeps them (:class:`~fedfair.secagg.bounded.peers.Settlement`), with the round's
-public parameters they are checked under, in ``NAME.FEDERATION.bounded_settlement`` beside its config: written
-atomically (a crash leaves the old file or the whole new one) before its parts leave, readable by its owner alone
-(0600: the two shares together are its update), one round at a time, and removed once that round ends for the site:
-its verdict record answered, the round aborted or left, another round begun, the process ending
-(:func:`drop_settlement`). Nothing else of the round is kept: the update and its witness are not needed to answer a
-record.
-
-Used only where a participant that lost its round state is still handed that round's DECIDE (``decide`` with no
-round in memory): a restarted process is not, yet (its task stream withdraws from a round it did not start), so
-there the file only waits for its round to end.
+A framed site clears itself only with the part it sent the aggregator and the share it sealed to the auditor
+(:class:`~fedfair.secagg.bounded.peers.Settlement`). It keeps them, with the round's public parameters, in
+``NAME.FEDERATION.bounded_settlement``: written atomically before its parts leave, 0600 (the two shares together are
+its update), one round at a time, and removed once that round ends for the site, however it ends
+(:func:`drop_settlement`). It is used only where a participant that lost its round state is still handed that
+round's DECIDE; a restarted process is not, yet, so there the file only waits for its round to end.
 
 Why: docs/security.md, "A framed site".
 """
