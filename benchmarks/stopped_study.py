@@ -73,6 +73,13 @@ def main() -> None:
         help="no search: train the committed stopped choices' test runs of --methods again, for the held-out figures "
         "stopped.csv lacks (their worst risks must reproduce the committed ones)",
     )
+    parser.add_argument(
+        "--tables",
+        default="",
+        metavar="SUFFIX",
+        help="with --retest, the committed tables read and filled: stopped{SUFFIX}.csv from stopped_choice{SUFFIX}.csv "
+        "(e.g. _at_200_round_points; default: the current ones)",
+    )
     args = parser.parse_args()
     profile = dataclasses.replace(PROFILES["tuned"], seeds=args.seeds)
     split = paper_split(args.dataset, args.partition, args.clients)
@@ -103,21 +110,34 @@ def main() -> None:
 
 
 def retest(args: argparse.Namespace, study: Study) -> None:
-    """Fill stopped.csv's held-out figures for `study`'s methods from their committed choices, trained again.
+    """Fill stopped{SUFFIX}.csv's held-out figures for `study`'s methods from their committed choices, trained again.
 
     A row takes the figures only where the run trained again reads its committed worst risk (within `REPRODUCED`):
     otherwise they would mix two machines' runs, and the row is left as it was, said on stdout. A figure not
-    measured is left empty.
+    measured is left empty. Every run trained again is written whole to stopped_retested{SUFFIX}.csv, its committed
+    worst risk and its CPU seconds beside, so a re-run that does not reproduce is kept as one, both figures shown.
     """
+    stopped_csv = args.folder / f"stopped{args.tables}.csv"
     stops = stopped.committed_stops(
-        read_csv(args.folder / "stopped_choice.csv"), read_csv(args.folder / "tuning.csv"), study, args.rho
+        read_csv(args.folder / f"stopped_choice{args.tables}.csv"),
+        read_csv(args.folder / "tuning.csv"),
+        study,
+        args.rho,
     )
+    committed = {(row["method"], row["seed"]): row for row in read_csv(stopped_csv)}
     fresh = {
         (row["method"], str(row["seed"])): row
         for row in stopped.retested_rows(study, args.rho, stops, args.cache, args.workers)
     }
+    write_csv(
+        args.folder / f"stopped_retested{args.tables}.csv",
+        [
+            row | {"committed_worst_risk": committed[key]["held_out_worst_risk"] if key in committed else ""}
+            for key, row in fresh.items()
+        ],
+    )
     rows = []
-    for row in read_csv(args.folder / "stopped.csv"):
+    for row in committed.values():
         again = fresh.get((row["method"], row["seed"]))
         if (
             again is not None
@@ -133,7 +153,7 @@ def retest(args: argparse.Namespace, study: Study) -> None:
             for figure in stopped.HELD_OUT_COLUMNS
         }
         rows.append(row | figures | {"held_out_worst_risk": row["held_out_worst_risk"]})
-    write_csv(args.folder / "stopped.csv", rows)
+    write_csv(stopped_csv, rows)
 
 
 REPRODUCED = 1e-4
