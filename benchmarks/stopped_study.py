@@ -115,7 +115,8 @@ def retest(args: argparse.Namespace, study: Study) -> None:
     A row takes the figures only where the run trained again reads its committed worst risk (within `REPRODUCED`):
     otherwise they would mix two machines' runs, and the row is left as it was, said on stdout. A figure not
     measured is left empty. Every run trained again is written whole to stopped_retested{SUFFIX}.csv, its committed
-    worst risk and its CPU seconds beside, so a re-run that does not reproduce is kept as one, both figures shown.
+    worst risk and its CPU seconds beside, and the paired gaps between them to stopped_paired_retested{SUFFIX}.csv,
+    so a re-run that does not reproduce is kept as one, both figures shown.
     """
     stopped_csv = args.folder / f"stopped{args.tables}.csv"
     stops = stopped.committed_stops(
@@ -125,10 +126,8 @@ def retest(args: argparse.Namespace, study: Study) -> None:
         args.rho,
     )
     committed = {(row["method"], row["seed"]): row for row in read_csv(stopped_csv)}
-    fresh = {
-        (row["method"], str(row["seed"])): row
-        for row in stopped.retested_rows(study, args.rho, stops, args.cache, args.workers)
-    }
+    retested, gaps = stopped.retested_rows(study, args.rho, stops, args.cache, args.workers)
+    fresh = {(row["method"], str(row["seed"])): row for row in retested}
     write_csv(
         args.folder / f"stopped_retested{args.tables}.csv",
         [
@@ -136,6 +135,8 @@ def retest(args: argparse.Namespace, study: Study) -> None:
             for key, row in fresh.items()
         ],
     )
+    if gaps:  # none where FedSRCVaR is not retested
+        write_csv(args.folder / f"stopped_paired_retested{args.tables}.csv", gaps)
     rows = []
     for row in committed.values():
         again = fresh.get((row["method"], row["seed"]))

@@ -35,19 +35,20 @@ def test_retest_of_the_200_round_table_fills_only_reproduced_rows_and_keeps_ever
     committed = {row["seed"]: row for row in read_csv(FOLDER / f"stopped{TABLES}.csv") if row["method"] == "PropFair"}
     asked: list[Any] = []
 
-    def retested_rows(study: Study, rho: float, stops: Any, *_: Any) -> list[dict[str, Any]]:
+    def retested_rows(study: Study, rho: float, stops: Any, *_: Any) -> tuple[list[dict[str, Any]], list[Any]]:
         asked.append(stops)
         # Seed 0 reads its committed worst risk within `REPRODUCED`; seed 1 reads 0.02 below, as another machine's.
         worst = {
             0: float(committed["0"]["held_out_worst_risk"]) + 5e-5,
             1: float(committed["1"]["held_out_worst_risk"]) - 0.02,
         }
-        return [
+        rows = [
             {"method": "PropFair", "rho": rho, "seed": seed, "stop_round": 480, "max_rounds": 1000}
             | {"held_out_worst_risk": worst[seed], "held_out_mean_risk": 0.07, "held_out_accuracy": 0.98}
             | {"held_out_worst_error": 0.2, "cpu_seconds": 30.0}
             for seed in (0, 1)
         ]
+        return rows, [{"rho": rho, "method": "PropFair", "seeds": 2, "gap_to_fedsrcvar": 0.08}]
 
     monkeypatch.setattr(stopped, "retested_rows", retested_rows)
     study = Study("mnist", PROFILES["tuned"], ("propfair",), loss_rows=512, split=paper_split("mnist"))
@@ -60,6 +61,7 @@ def test_retest_of_the_200_round_table_fills_only_reproduced_rows_and_keeps_ever
         1000,
     )
     rerun = read_csv(tmp_path / f"stopped_retested{TABLES}.csv")
+    assert [row["gap_to_fedsrcvar"] for row in read_csv(tmp_path / f"stopped_paired_retested{TABLES}.csv")] == ["0.08"]
     assert [(row["seed"], row["committed_worst_risk"]) for row in rerun] == [
         ("0", committed["0"]["held_out_worst_risk"]),
         ("1", committed["1"]["held_out_worst_risk"]),

@@ -362,19 +362,22 @@ def committed_stops(
 
 def retested_rows(
     study: Study, rho: float, stops: Mapping[str, tuple[Point, int, int]], cache_folder: Path, workers: int
-) -> list[dict[str, Any]]:
-    """The test runs of committed stopped choices (`committed_stops`) trained again: ``stopped.csv``'s rows.
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The test runs of committed stopped choices (`committed_stops`) trained again: their rows and paired gaps.
 
-    Each row carries the run's ``cpu_seconds`` too (the cache's, as first trained).
+    The rows are ``stopped.csv``'s, each with the run's ``cpu_seconds`` too (the cache's, as first trained); the
+    gaps are ``stopped_paired.csv``'s, between the runs trained again (none where FedSRCVaR is not among them).
     """
     runs = {method: stopped_test_runs(study, method, rho, point, stop) for method, (point, stop, _) in stops.items()}
     results = run_all([run for listed in runs.values() for run in listed], cache_folder, workers, "testing again")
-    return [
+    rows = [
         held_out_row(METHOD_LABELS[method], rho, seed, stops[method][1], stops[method][2], results[run])
         | {"cpu_seconds": round(float(results[run].get("cpu_seconds", 0.0)), 1)}
         for method, listed in runs.items()
         for seed, run in enumerate(listed)
     ]
+    by_method = {(method, rho): [results[run] for run in listed] for method, listed in runs.items()}
+    return rows, paired_rows(by_method, METHOD_LABELS)
 
 
 def reference_rows(study: Study) -> list[dict[str, Any]]:

@@ -244,7 +244,8 @@ def test_a_committed_stopped_choice_trained_again_reads_its_committed_figures(tm
     stops = stopped.committed_stops(
         read_csv(folder / "stopped_choice.csv"), read_csv(folder / "tuning.csv"), study, 0.1
     )
-    again = stopped.retested_rows(study, 0.1, stops, tmp_path, 1)
+    again, gaps = stopped.retested_rows(study, 0.1, stops, tmp_path, 1)
+    assert gaps == []  # FedSRCVaR, every gap's reference, not retested
     committed = [row for row in read_csv(folder / "stopped.csv") if row["method"] == "FedAvg"]
     assert [row["seed"] for row in again] == [0, 1] and len(committed) == 2
     for fresh, row in zip(again, committed, strict=True):
