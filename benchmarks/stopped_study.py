@@ -114,7 +114,7 @@ def retest(args: argparse.Namespace, study: Study) -> None:
 
     A row takes the figures only where the run trained again reads its committed worst risk (within `REPRODUCED`):
     otherwise they would mix two machines' runs, and the row is left as it was, said on stdout. A figure not
-    measured is left empty. Every run trained again is written whole to stopped_retested{SUFFIX}.csv, its committed
+    measured is left empty; a table none of whose rows reproduced is not written. Every run trained again is written whole to stopped_retested{SUFFIX}.csv, its committed
     worst risk and its CPU seconds beside, and the paired gaps between them to stopped_paired_retested{SUFFIX}.csv,
     so a re-run that does not reproduce is kept as one, both figures shown.
     """
@@ -137,7 +137,7 @@ def retest(args: argparse.Namespace, study: Study) -> None:
     )
     if gaps:  # none where FedSRCVaR is not retested
         write_csv(args.folder / f"stopped_paired_retested{args.tables}.csv", gaps)
-    rows = []
+    rows, reproduced = [], 0
     for row in committed.values():
         again = fresh.get((row["method"], row["seed"]))
         if (
@@ -149,12 +149,14 @@ def retest(args: argparse.Namespace, study: Study) -> None:
                 f"{row['held_out_worst_risk']} committed: left as it was"
             )
             again = None
+        reproduced += again is not None
         figures = {
             f"held_out_{figure}": row.get(f"held_out_{figure}", "") if again is None else again[f"held_out_{figure}"]
             for figure in stopped.HELD_OUT_COLUMNS
         }
         rows.append(row | figures | {"held_out_worst_risk": row["held_out_worst_risk"]})
-    write_csv(stopped_csv, rows)
+    if reproduced:  # else the committed table is left byte for byte as it was, no empty columns added
+        write_csv(stopped_csv, rows)
 
 
 REPRODUCED = 1e-4

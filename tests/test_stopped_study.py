@@ -34,12 +34,13 @@ def test_retest_of_the_200_round_table_fills_only_reproduced_rows_and_keeps_ever
         shutil.copy(FOLDER / name, tmp_path / name)
     committed = {row["seed"]: row for row in read_csv(FOLDER / f"stopped{TABLES}.csv") if row["method"] == "PropFair"}
     asked: list[Any] = []
+    offset = [5e-5]  # seed 0's distance from its committed worst risk, moved below
 
     def retested_rows(study: Study, rho: float, stops: Any, *_: Any) -> tuple[list[dict[str, Any]], list[Any]]:
         asked.append(stops)
         # Seed 0 reads its committed worst risk within `REPRODUCED`; seed 1 reads 0.02 below, as another machine's.
         worst = {
-            0: float(committed["0"]["held_out_worst_risk"]) + 5e-5,
+            0: float(committed["0"]["held_out_worst_risk"]) + offset[0],
             1: float(committed["1"]["held_out_worst_risk"]) - 0.02,
         }
         rows = [
@@ -75,3 +76,10 @@ def test_retest_of_the_200_round_table_fills_only_reproduced_rows_and_keeps_ever
     assert table[("PropFair", "1")]["held_out_accuracy"] == ""
     assert table[("PropFair", "1")]["held_out_worst_risk"] == committed["1"]["held_out_worst_risk"]
     assert float(rerun[1]["held_out_worst_risk"]) == pytest.approx(float(committed["1"]["held_out_worst_risk"]) - 0.02)
+    # Where no row reproduces, the committed table is left byte for byte, the re-run kept beside it all the same.
+    shutil.copy(FOLDER / f"stopped{TABLES}.csv", tmp_path / f"stopped{TABLES}.csv")
+    (tmp_path / f"stopped_retested{TABLES}.csv").unlink()
+    offset[0] = 0.03
+    stopped_study.retest(args, study)
+    assert (tmp_path / f"stopped{TABLES}.csv").read_bytes() == (FOLDER / f"stopped{TABLES}.csv").read_bytes()
+    assert len(read_csv(tmp_path / f"stopped_retested{TABLES}.csv")) == 2
