@@ -6,7 +6,8 @@ step ladder and, with --knob-runs, the method's own knob searched around the cho
 point clearly worse early dropped) and the stopped test runs, and writes into FOLDER:
 stopped.csv (`method,rho,seed,stop_round,max_rounds,held_out_worst_risk`), stopped_choice.csv (each method's
 point, stop round, validation risk, points tried and pruned, limits and CPU seconds) and stopped_paired.csv (the paired
-gaps to FedSRCVaR on the same test rows). Runs are cached under --cache (resumable). E.g.
+gaps to FedSRCVaR on the same test rows). With --retest (and --tables for an older table) it searches nothing and
+trains a committed table's test runs again (`retest`). Runs are cached under --cache (resumable). E.g.
 
     python benchmarks/stopped_study.py --dataset adult --folder docs/figures/tuned_adult_all_rho \\
         --cache /tmp/stopped_adult --workers 2
