@@ -6,7 +6,8 @@ step ladder and, with --knob-runs, the method's own knob searched around the cho
 point clearly worse early dropped) and the stopped test runs, and writes into FOLDER:
 stopped.csv (`method,rho,seed,stop_round,max_rounds,held_out_worst_risk`), stopped_choice.csv (each method's
 point, stop round, validation risk, points tried and pruned, limits and CPU seconds) and stopped_paired.csv (the paired
-gaps to FedSRCVaR on the same test rows). Runs are cached under --cache (resumable). E.g.
+gaps to FedSRCVaR on the same test rows). With --retest (and --tables for an older table) it searches nothing and
+trains a committed table's test runs again (`retest`). Runs are cached under --cache (resumable). E.g.
 
     python benchmarks/stopped_study.py --dataset adult --folder docs/figures/tuned_adult_all_rho \\
         --cache /tmp/stopped_adult --workers 2
@@ -73,6 +74,13 @@ def main() -> None:
         help="no search: train the committed stopped choices' test runs of --methods again, for the held-out figures "
         "stopped.csv lacks (their worst risks must reproduce the committed ones)",
     )
+    parser.add_argument(
+        "--tables",
+        default="",
+        metavar="SUFFIX",
+        help="with --retest, the committed tables read and filled: stopped{SUFFIX}.csv from stopped_choice{SUFFIX}.csv "
+        "(e.g. _at_200_round_points; default: the current ones)",
+    )
     args = parser.parse_args()
     profile = dataclasses.replace(PROFILES["tuned"], seeds=args.seeds)
     split = paper_split(args.dataset, args.partition, args.clients)
@@ -103,21 +111,35 @@ def main() -> None:
 
 
 def retest(args: argparse.Namespace, study: Study) -> None:
-    """Fill stopped.csv's held-out figures for `study`'s methods from their committed choices, trained again.
+    """Fill stopped{SUFFIX}.csv's held-out figures for `study`'s methods from their committed choices, trained again.
 
     A row takes the figures only where the run trained again reads its committed worst risk (within `REPRODUCED`):
     otherwise they would mix two machines' runs, and the row is left as it was, said on stdout. A figure not
-    measured is left empty.
+    measured is left empty; a table none of whose rows reproduced is not written. Every run trained again is written whole to stopped_retested{SUFFIX}.csv, its committed
+    worst risk and its CPU seconds beside, and the paired gaps between them to stopped_paired_retested{SUFFIX}.csv,
+    so a re-run that does not reproduce is kept as one, both figures shown.
     """
+    stopped_csv = args.folder / f"stopped{args.tables}.csv"
     stops = stopped.committed_stops(
-        read_csv(args.folder / "stopped_choice.csv"), read_csv(args.folder / "tuning.csv"), study, args.rho
+        read_csv(args.folder / f"stopped_choice{args.tables}.csv"),
+        read_csv(args.folder / "tuning.csv"),
+        study,
+        args.rho,
     )
-    fresh = {
-        (row["method"], str(row["seed"])): row
-        for row in stopped.retested_rows(study, args.rho, stops, args.cache, args.workers)
-    }
-    rows = []
-    for row in read_csv(args.folder / "stopped.csv"):
+    committed = {(row["method"], row["seed"]): row for row in read_csv(stopped_csv)}
+    retested, gaps = stopped.retested_rows(study, args.rho, stops, args.cache, args.workers)
+    fresh = {(row["method"], str(row["seed"])): row for row in retested}
+    write_csv(
+        args.folder / f"stopped_retested{args.tables}.csv",
+        [
+            row | {"committed_worst_risk": committed[key]["held_out_worst_risk"] if key in committed else ""}
+            for key, row in fresh.items()
+        ],
+    )
+    if gaps:  # none where FedSRCVaR is not retested
+        write_csv(args.folder / f"stopped_paired_retested{args.tables}.csv", gaps)
+    rows, reproduced = [], 0
+    for row in committed.values():
         again = fresh.get((row["method"], row["seed"]))
         if (
             again is not None
@@ -128,12 +150,14 @@ def retest(args: argparse.Namespace, study: Study) -> None:
                 f"{row['held_out_worst_risk']} committed: left as it was"
             )
             again = None
+        reproduced += again is not None
         figures = {
             f"held_out_{figure}": row.get(f"held_out_{figure}", "") if again is None else again[f"held_out_{figure}"]
             for figure in stopped.HELD_OUT_COLUMNS
         }
         rows.append(row | figures | {"held_out_worst_risk": row["held_out_worst_risk"]})
-    write_csv(args.folder / "stopped.csv", rows)
+    if reproduced:  # else the committed table is left byte for byte as it was, no empty columns added
+        write_csv(stopped_csv, rows)
 
 
 REPRODUCED = 1e-4

@@ -330,7 +330,8 @@ def committed_stops(
 
     Each is (point, stop round, ceiling): the point rebuilt from the tuned point its search started at
     (`committed_choices`) moved to the point tried whose description is the row's ``chosen``, so a test run of it
-    has the flags the committed test runs had.
+    has the flags the committed test runs had. A table written before the knob search, with ``steps_tried`` in
+    place of ``axes`` and ``points_tried`` (``stopped_choice_at_200_round_points.csv``), searched the step alone.
 
     Raises:
         ConfigError: a method has no row at `rho`, or no point it tried is the one the row names.
@@ -342,8 +343,9 @@ def committed_stops(
         method = labels[row["method"]]
         if float(row["rho"]) != rho or method not in study.methods:
             continue
-        axes = stopped_axes(method, starts[method], len(row["axes"].split(" | ")) - 1)
-        for tried in row["points_tried"].split():
+        knob_axes = len(row["axes"].split(" | ")) - 1 if "axes" in row else 0
+        axes = stopped_axes(method, starts[method], knob_axes)
+        for tried in row.get("points_tried", row.get("steps_tried", "")).split():
             point = starts[method]
             for axis, value in zip(axes, tried.split(":")[0].split("|"), strict=True):
                 point = with_knob(point, axis, float(value))
@@ -360,15 +362,22 @@ def committed_stops(
 
 def retested_rows(
     study: Study, rho: float, stops: Mapping[str, tuple[Point, int, int]], cache_folder: Path, workers: int
-) -> list[dict[str, Any]]:
-    """The test runs of committed stopped choices (`committed_stops`) trained again: ``stopped.csv``'s rows."""
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The test runs of committed stopped choices (`committed_stops`) trained again: their rows and paired gaps.
+
+    The rows are ``stopped.csv``'s, each with the run's ``cpu_seconds`` too (the cache's, as first trained); the
+    gaps are ``stopped_paired.csv``'s, between the runs trained again (none where FedSRCVaR is not among them).
+    """
     runs = {method: stopped_test_runs(study, method, rho, point, stop) for method, (point, stop, _) in stops.items()}
     results = run_all([run for listed in runs.values() for run in listed], cache_folder, workers, "testing again")
-    return [
+    rows = [
         held_out_row(METHOD_LABELS[method], rho, seed, stops[method][1], stops[method][2], results[run])
+        | {"cpu_seconds": round(float(results[run].get("cpu_seconds", 0.0)), 1)}
         for method, listed in runs.items()
         for seed, run in enumerate(listed)
     ]
+    by_method = {(method, rho): [results[run] for run in listed] for method, listed in runs.items()}
+    return rows, paired_rows(by_method, METHOD_LABELS)
 
 
 def reference_rows(study: Study) -> list[dict[str, Any]]:

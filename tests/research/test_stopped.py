@@ -197,6 +197,33 @@ def test_the_committed_stopped_choices_are_read_back_as_the_points_tested() -> N
         stopped.committed_stops(rows, read_csv(folder / "tuning.csv"), study, 0.1)
 
 
+def test_a_stopped_choices_table_from_before_the_knob_search_is_read_back_as_its_tuned_points() -> None:
+    # MNIST's 200-round-points table searched no knob and tried its chosen step alone (``steps_tried``): each
+    # method is its tuned point, stopped at the row's round, the test runs of `--retest --tables` train again.
+    methods = ("fedsrcvar", "fedavg", "fedavgm", "propfair", "term", "deltafl")
+    study = Study("mnist", PROFILES["tuned"], methods, split=paper_split("mnist"))
+    folder = FIGURES / "tuned_mnist_all_rho"
+    rows = read_csv(folder / "stopped_choice_at_200_round_points.csv")
+    assert "axes" not in rows[0] and "steps_tried" in rows[0]
+    stops = stopped.committed_stops(rows, read_csv(folder / "tuning.csv"), study, 0.1)
+    tuned = stopped.committed_choices(read_csv(folder / "tuning.csv"), study, 0.1)
+    assert {method: (point, ceiling) for method, (point, _, ceiling) in stops.items()} == {
+        method: (tuned[method], 1000) for method in methods
+    }
+    assert {method: stop for method, (_, stop, _) in stops.items()} == {
+        "fedsrcvar": 420,
+        "fedavg": 1000,
+        "fedavgm": 780,
+        "propfair": 480,
+        "term": 900,
+        "deltafl": 470,
+    }
+    # A step the row never tried is refused as in the current table.
+    moved = [row | {"steps_tried": "0.3:0.7"} if row["method"] == "FedSRCVaR" else row for row in rows]
+    with pytest.raises(ConfigError, match="no point FedSRCVaR tried is its choice"):
+        stopped.committed_stops(moved, read_csv(folder / "tuning.csv"), study, 0.1)
+
+
 def test_the_constants_rows_are_those_of_the_test_rows_every_run_is_judged_on() -> None:
     every = stopped.reference_rows(adult())
     assert sorted({row["rho"] for row in every}) == [0.1, 0.3, 0.5, 0.7]  # each rho the study judges
@@ -217,7 +244,8 @@ def test_a_committed_stopped_choice_trained_again_reads_its_committed_figures(tm
     stops = stopped.committed_stops(
         read_csv(folder / "stopped_choice.csv"), read_csv(folder / "tuning.csv"), study, 0.1
     )
-    again = stopped.retested_rows(study, 0.1, stops, tmp_path, 1)
+    again, gaps = stopped.retested_rows(study, 0.1, stops, tmp_path, 1)
+    assert gaps == []  # FedSRCVaR, every gap's reference, not retested
     committed = [row for row in read_csv(folder / "stopped.csv") if row["method"] == "FedAvg"]
     assert [row["seed"] for row in again] == [0, 1] and len(committed) == 2
     for fresh, row in zip(again, committed, strict=True):
