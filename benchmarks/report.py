@@ -64,8 +64,8 @@ Shows = Callable[[str, Mapping[str, Any]], Section]
 
 
 def elsewhere(shows: Shows, where: str) -> Shows:
-    """`shows` for a run on another machine than this one (a lent GPU machine): the same section, its title
-    saying where, so that both runs keep a heading of their own."""
+    """`shows` for a run on another machine than this one (a lent GPU machine), or of another scope: the same
+    section, its title saying where or what, so that both runs keep a heading of their own."""
 
     def shown_there(name: str, document: Mapping[str, Any]) -> Section:
         section = shows(name, document)
@@ -79,6 +79,7 @@ SECTIONS: dict[str, Shows] = {
     "demo_seeds": demo_seeds,
     "round_bench": round_bench,
     "round_bench_processes": round_bench,
+    "round_bench_cpu50": elsewhere(round_bench, "50 sites by CPU"),
     "round_compare": round_compare,
     "allocator_ab": allocator_ab,
     "round_bench_processes_d1e8": wire_width,

@@ -285,6 +285,7 @@ def round_bench(name: str, document: Mapping[str, Any]) -> Section:
         f"{fixed(slope, 2)} at d = {count(int(key.removeprefix('d=')))}"
         for key, slope in document.get("extra_slope", {}).items()
     )
+    cpu = round_cpu(plain, secure, processes)
     notes = [
         "",
         f"Median over {document['measured_rounds']} measured rounds after a warm-up, {document['pairs']} "
@@ -297,6 +298,7 @@ def round_bench(name: str, document: Mapping[str, Any]) -> Section:
             f"The secure round's extra time grows as n to the power {slopes} (least squares of log(secure - plain) "
             "against log n over n ≥ 10).",
         ]
+    notes += cpu
     plot = Plot(
         f"{name}_round_cost.png",
         f"Round wall time against the number of parties, collaborators as {collaborators}",
@@ -309,6 +311,47 @@ def round_bench(name: str, document: Mapping[str, Any]) -> Section:
         table(header, shown) + notes,
         (plot,),
     )
+
+
+def round_cpu(
+    plain: Mapping[tuple[int, int], Mapping[str, Any]],
+    secure: Mapping[tuple[int, int], Mapping[str, Any]],
+    processes: bool,
+) -> list[str]:
+    """round_bench's CPU seconds a round, plain beside secure per (d, n), where the run has them (none: no lines).
+
+    The whole federation's CPU: with threads, the process's (the aggregator's and every party's threads); with
+    processes, the aggregator's and every party process's, summed (runs before that figure show none). A party's:
+    its handlers' and round job's threads, the median party.
+    """
+    # Before round_bench named it, a run with threads had the figure as the process's CPU.
+    key = "federation_cpu_seconds" if processes else "process_cpu_seconds"
+    rows = []
+    for point in sorted(plain.keys() & secure.keys()):
+        bare, masked = plain[point], secure[point]
+        if bare.get(key) is None or masked.get(key) is None:
+            continue
+        rows.append(
+            [count(point[0]), str(point[1]), fixed(bare[key], 2), fixed(masked[key], 2), ratio(masked[key] / bare[key])]
+            + [fixed(1000 * bare["party_cpu_seconds"], 1), fixed(1000 * masked["party_cpu_seconds"], 1)]
+            + [ratio(masked["party_cpu_seconds"] / bare["party_cpu_seconds"])]
+        )
+    if not rows:
+        return []
+    whose = (
+        "every party process's and the aggregator's, summed"
+        if processes
+        else "the process's: every party's and the aggregator's threads"
+    )
+    header = ["d", "n", "federation CPU, plain (s)", "federation CPU, secure (s)", "CPU, secure ÷ plain"]
+    header += ["party CPU, plain (ms)", "party CPU, secure (ms)", "party CPU, secure ÷ plain"]
+    return [
+        "",
+        f"CPU seconds a round, which a host with fewer cores than parties distorts far less than wall time: the whole "
+        f"federation's ({whose}), and a party's (its handlers' and round job's threads, the median party):",
+        "",
+        *table(header, rows),
+    ]
 
 
 def secagg_bench(name: str, document: Mapping[str, Any]) -> Section:

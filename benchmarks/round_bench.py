@@ -34,7 +34,12 @@ Two costs are reported, each as a median over the measured rounds:
   the aggregator share here, is). ``party_seconds`` is the median over parties of each
   party's median over rounds; ``party_cpu_seconds`` is the same for its threads' CPU time;
 - the aggregator's CPU per round (``aggregator_cpu_seconds``, with `--processes` only: with
-  threads the process's CPU, ``process_cpu_seconds``, includes every party's) and, per
+  threads the process's CPU, ``process_cpu_seconds``, includes every party's); with `--processes` also each
+  party process's CPU on the round, every thread of it (gRPC's included) from its first handler's start to its
+  last one's end (``party_process_cpu_seconds``, the median over parties of each one's median over rounds);
+  the whole federation's CPU per round (``federation_cpu_seconds``, ``federation_cpu_ratio_to_plain``): with
+  threads the process's, with processes the aggregator's and every party process's summed: CPU seconds, which a
+  host with fewer cores than parties distorts far less than it distorts wall time; and, per
   configuration, the peak resident memory of this process (``peak_rss_mb``) and of the
   largest party process (``party_peak_rss_mb``, `--processes`), its resident memory as its first round
   starts (``party_startup_rss_mb``: imports, configuration, identity, the plan, the compiled kernels and the
@@ -145,6 +150,14 @@ def run_configuration(
     # its peak memory are the aggregator's; with threads they include every party's (the parties' own
     # handler CPU cannot be subtracted: gRPC does part of their work on threads they do not time).
     process_cpu = [record["cpu_seconds"] for record in log[1:]]
+    # The whole federation's CPU on a round: with threads, this process's; with processes, the aggregator's and
+    # every party process's, each party's every thread (gRPC's included) from its first handler's start to its
+    # last one's end on the round.
+    party_process_cpu = [[party[2].get(record["round"], 0.0) for record in log[1:]] for party in busy]
+    federation_cpu = [
+        aggregator + (sum(party[index] for party in party_process_cpu) if processes else 0.0)
+        for index, aggregator in enumerate(process_cpu)
+    ]
     return {
         "dimension": dimension,
         "parties": parties,
@@ -160,6 +173,14 @@ def run_configuration(
         "bits_per_coordinate": 8 * log[-1]["received_bytes"] / (parties * dimension),
         "aggregator_cpu_seconds": statistics.median(process_cpu) if processes else None,
         "process_cpu_seconds": statistics.median(process_cpu),
+        "party_process_cpu_seconds": statistics.median(statistics.median(party) for party in party_process_cpu)
+        if processes
+        else None,
+        "party_process_cpu_seconds_each": [statistics.median(party) for party in party_process_cpu]
+        if processes
+        else None,
+        "federation_cpu_seconds": statistics.median(federation_cpu),
+        "federation_cpu_seconds_all": federation_cpu,
         "peak_rss_mb": peak_rss_mb(),
         "party_peak_rss_mb": max(peak for peak, _, _ in party_peaks) if party_peaks else None,
         # What a party holds for the round beyond its start-up, in float32 copies of the model (4 d bytes each):
@@ -198,10 +219,15 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
     merged["runs"] = len(runs)
     merged["round_seconds_all"] = [seconds for run in runs for seconds in run["round_seconds_all"]]
     merged["round_seconds"] = statistics.median(merged["round_seconds_all"])
-    for key in ("party_seconds", "party_cpu_seconds", "process_cpu_seconds", "run_seconds"):
+    for key in ("party_seconds", "party_cpu_seconds", "process_cpu_seconds", "federation_cpu_seconds", "run_seconds"):
         merged[key] = statistics.median(run[key] for run in runs)
+    merged["federation_cpu_seconds_all"] = [seconds for run in runs for seconds in run["federation_cpu_seconds_all"]]
     if merged["aggregator_cpu_seconds"] is not None:
-        merged["aggregator_cpu_seconds"] = statistics.median(run["aggregator_cpu_seconds"] for run in runs)
+        for key in ("aggregator_cpu_seconds", "party_process_cpu_seconds"):
+            merged[key] = statistics.median(run[key] for run in runs)
+        merged["party_process_cpu_seconds_each"] = [
+            seconds for run in runs for seconds in run["party_process_cpu_seconds_each"]
+        ]
     merged["peak_rss_mb"] = max(run["peak_rss_mb"] for run in runs)
     merged["party_seconds_each"] = [seconds for run in runs for seconds in run["party_seconds_each"]]
     merged["stage_seconds"] = {
@@ -295,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(
                         f"d={dimension:>8} n={parties:>2} {'secure' if secure else 'plain ':6} "
                         f"{result['round_seconds']:.3f} s/round, {result['party_seconds']:.3f} s per party, "
-                        f"{result['bits_per_coordinate']:.1f} bits a coordinate, peak {result['peak_rss_mb']:.0f} MB",
+                        f"{result['bits_per_coordinate']:.1f} bits a coordinate, peak {result['peak_rss_mb']:.0f} MB"
+                        + (f", federation CPU {result['federation_cpu_seconds']:.2f} s/round"),
                         file=sys.stderr,
                         flush=True,
                     )
@@ -311,15 +338,18 @@ def main(argv: list[str] | None = None) -> int:
             secure_result["party_cpu_beyond_masks_ratio_to_plain"] = (
                 secure_result["party_cpu_seconds"] - secure_result["party_mask_keystream_seconds"]
             ) / plain["party_cpu_seconds"]
+            secure_result["federation_cpu_ratio_to_plain"] = (
+                secure_result["federation_cpu_seconds"] / plain["federation_cpu_seconds"]
+            )
             if plain["aggregator_cpu_seconds"]:
-                secure_result["aggregator_cpu_ratio_to_plain"] = (
-                    secure_result["aggregator_cpu_seconds"] / plain["aggregator_cpu_seconds"]
-                )
+                for key in ("aggregator_cpu", "party_process_cpu"):
+                    secure_result[f"{key}_ratio_to_plain"] = secure_result[f"{key}_seconds"] / plain[f"{key}_seconds"]
             secure_result["extra_round_seconds"] = secure_result["round_seconds"] - plain["round_seconds"]
             secure_result["pair_ratios"] = [
                 {
                     "whole_round": secure_run["round_seconds"] / plain_run["round_seconds"],
                     "per_party": secure_run["party_seconds"] / plain_run["party_seconds"],
+                    "federation_cpu": secure_run["federation_cpu_seconds"] / plain_run["federation_cpu_seconds"],
                 }
                 for plain_run, secure_run in zip(runs[False], runs[True], strict=True)
             ]
@@ -342,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
                 "per_party": result["party_ratio_to_plain"],
                 "party_cpu": result["party_cpu_ratio_to_plain"],
                 "aggregator_cpu": result.get("aggregator_cpu_ratio_to_plain"),
+                "party_process_cpu": result.get("party_process_cpu_ratio_to_plain"),
+                "federation_cpu": result.get("federation_cpu_ratio_to_plain"),
                 "party_cpu_beyond_masks": result["party_cpu_beyond_masks_ratio_to_plain"],
             }
             for result in compared

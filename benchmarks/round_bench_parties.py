@@ -76,6 +76,8 @@ class BenchCollaborator(Collaborator):
         super().__init__(*args, **kwargs)
         self.busy_intervals: dict[int, list[tuple[float, float]]] = {}
         self.busy_cpu_seconds: dict[int, float] = {}
+        self.process_cpu_spans: dict[int, tuple[float, float]] = {}
+        """Per round, this process's CPU clock as the round's first handler or job starts and as its last ends."""
         self._timing_lock = threading.Lock()
         self.measures_memory = False
         """Whether this party is a process of its own, whose memory is its own to measure (``--processes``)."""
@@ -91,14 +93,19 @@ class BenchCollaborator(Collaborator):
         self._use(Prepared(trainer, None, parameters))
 
     def _timed(self, round_number: int, run: Callable[[], Result]) -> Result:
-        started, started_cpu = time.perf_counter(), time.thread_time()
+        started, started_cpu, started_process_cpu = time.perf_counter(), time.thread_time(), time.process_time()
         try:
             return run()
         finally:
-            ended, cpu = time.perf_counter(), time.thread_time() - started_cpu
+            ended, cpu, ended_process_cpu = time.perf_counter(), time.thread_time() - started_cpu, time.process_time()
             with self._timing_lock:
                 self.busy_intervals.setdefault(round_number, []).append((started, ended))
                 self.busy_cpu_seconds[round_number] = self.busy_cpu_seconds.get(round_number, 0.0) + cpu
+                first, last = self.process_cpu_spans.get(round_number, (started_process_cpu, ended_process_cpu))
+                self.process_cpu_spans[round_number] = (
+                    min(first, started_process_cpu),
+                    max(last, ended_process_cpu),
+                )
 
     def handle(self, stub: Any, task: pb.Task) -> bool:
         return self._timed(task.binding.round, lambda: super(BenchCollaborator, self).handle(stub, task))
@@ -116,10 +123,14 @@ class BenchCollaborator(Collaborator):
         return StartJob(lambda: self._timed(binding.round, job.run), job.model)
 
     def busy(self) -> Busy:
-        """Per round, the wall time covered by the recorded intervals, and the CPU time in them."""
-        return {round_number: covered(spans) for round_number, spans in self.busy_intervals.items()}, dict(
-            self.busy_cpu_seconds
-        )
+        """Per round, the wall time covered by the recorded intervals, their threads' CPU time in them, and the
+        process's CPU (every thread: gRPC's own included) from the round's first interval's start to its last's end.
+
+        The last is the party's whole CPU on the round only where the process is the party's alone (``--processes``).
+        """
+        walls = {round_number: covered(spans) for round_number, spans in self.busy_intervals.items()}
+        process = {round_number: last - first for round_number, (first, last) in self.process_cpu_spans.items()}
+        return walls, dict(self.busy_cpu_seconds), process
 
     def evaluation_answers(self, theta: torch.Tensor, c: float) -> np.ndarray:
         from fedfair.fairness import sums
@@ -128,8 +139,9 @@ class BenchCollaborator(Collaborator):
         return sums.local_answers(losses, np.zeros(losses.size), self.shared.evaluation.thresholds())
 
 
-Busy = tuple[dict[int, float], dict[int, float]]
-"""A party's per-round wall and CPU seconds inside its task handlers and round jobs."""
+Busy = tuple[dict[int, float], dict[int, float], dict[int, float]]
+"""A party's per-round wall and CPU seconds inside its task handlers and round jobs, and its process's CPU
+seconds across the round (see :meth:`BenchCollaborator.busy`)."""
 
 
 def covered(spans: list[tuple[float, float]]) -> float:
@@ -145,8 +157,8 @@ def covered(spans: list[tuple[float, float]]) -> float:
 def party_medians(busy: list[Busy], rounds: list[int]) -> tuple[float, float, list[float]]:
     """The median over parties of each party's median critical path over `rounds` (wall, CPU), and
     every party's median wall time."""
-    walls = [statistics.median(wall.get(r, 0.0) for r in rounds) for wall, _ in busy]
-    cpus = [statistics.median(cpu.get(r, 0.0) for r in rounds) for _, cpu in busy]
+    walls = [statistics.median(wall.get(r, 0.0) for r in rounds) for wall, _, _ in busy]
+    cpus = [statistics.median(cpu.get(r, 0.0) for r in rounds) for _, cpu, _ in busy]
     return statistics.median(walls), statistics.median(cpus), walls
 
 

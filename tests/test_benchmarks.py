@@ -50,11 +50,22 @@ def test_round_bench_runs_a_plain_and_a_secure_round_through_the_runtime(
     assert len(secure["pair_ratios"]) == pairs
     assert all(math.isfinite(ratio["whole_round"]) and ratio["whole_round"] > 0 for ratio in secure["pair_ratios"])
     assert math.isfinite(secure["party_cpu_ratio_to_plain"]) and secure["party_cpu_ratio_to_plain"] > 0
+    assert math.isfinite(secure["federation_cpu_ratio_to_plain"]) and secure["federation_cpu_ratio_to_plain"] > 0
     for result in results:
         assert result["peak_rss_mb"] > 0 and result["process_cpu_seconds"] > 0
         # The aggregator's own CPU and a party's memory are measurable only with the parties as processes.
         assert (result["aggregator_cpu_seconds"] is not None) is processes
         assert (result["party_peak_rss_mb"] is not None) is processes
+        # The whole federation's CPU a round: with threads the process's; with processes the aggregator's and every
+        # party process's, summed.
+        if not processes:
+            assert result["federation_cpu_seconds"] == result["process_cpu_seconds"]
+        else:
+            parties = len(result["party_process_cpu_seconds_each"])
+            assert parties == 3 and min(result["party_process_cpu_seconds_each"]) > 0
+            assert result["federation_cpu_seconds"] >= result["aggregator_cpu_seconds"] + parties * min(
+                result["party_process_cpu_seconds_each"]
+            )
         # A party's round beyond its start-up, in model copies: its peak is never below its start-up.
         assert (result["party_model_copies"] is not None) is processes
         if processes:

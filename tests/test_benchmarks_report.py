@@ -72,6 +72,7 @@ STAMP = {
 def round_row(parties: int, secure: bool, seconds: float) -> dict[str, Any]:
     row: dict[str, Any] = {"dimension": 10000, "parties": parties, "secure": secure, "processes": False}
     row |= {"round_seconds": seconds, "party_seconds": seconds / 2}
+    row |= {"process_cpu_seconds": 4 * seconds, "party_cpu_seconds": seconds / 4}
     if secure:
         row |= {"ratio_to_plain": 1.5, "party_ratio_to_plain": 1.25}
     return row
@@ -92,6 +93,8 @@ def test_the_round_section_puts_secure_beside_plain_per_n_and_plots_the_cost_aga
     assert "## Round cost against the number of parties (collaborators as threads)" in page
     assert "| 10,000 | 3 | 0.200 | 0.300 | 1.50× | 0.100 | 0.150 | 1.25× |" in page
     assert "grows as n to the power 1.25 at d = 10,000" in page
+    # The CPU a round beside: with threads, the process's is the whole federation's.
+    assert "| 10,000 | 10 | 1.60 | 2.40 | 1.50× | 100.0 | 150.0 | 1.50× |" in page
     assert "![Round wall time against the number of parties" in page
     assert "(figures/benchmarks/round_bench_round_cost.png)" in page
     assert "[`round_bench.json`](../round_bench.json)" in page

@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from fedfair.runtime.observe.logs import configure_logging
+from fedfair.runtime.process_facts import process_started
 
 logger = logging.getLogger("fedfair.auditor")
 
@@ -18,7 +19,6 @@ def _start_command(args: argparse.Namespace) -> int:
     from fedfair.core.errors import ConfigError
     from fedfair.runtime.auditor.config import auditor_config_from_flags, load_auditor_config
     from fedfair.runtime.auditor.process import AuditorProcess
-    from fedfair.runtime.peer.retries import process_started
     from fedfair.runtime.stops import say_stopped, stop_on_signals
 
     flags = {"cert": args.cert, "key": args.key, "manifest": args.manifest, "aggregator": args.aggregator}

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from fedfair.runtime.observe.logs import configure_logging
+from fedfair.runtime.process_facts import process_started
 
 logger = logging.getLogger("fedfair.collaborator")
 
@@ -18,7 +19,6 @@ def _start_command(args: argparse.Namespace) -> int:
     from fedfair.runtime.collaborator.client import Collaborator
     from fedfair.runtime.collaborator.config import load_collaborator_config
     from fedfair.runtime.collaborator.metrics import start_site_monitoring
-    from fedfair.runtime.peer.retries import process_started
     from fedfair.runtime.failures import AUDITOR_REFUSED, EXIT_REFUSED
     from fedfair.runtime.stops import say_stopped, stop_on_signals
 

@@ -125,6 +125,8 @@ class Server:
         self._culprits: dict[int, list[str]] = {}
         self._proven: set[int] = set()
         self._digest = b""
+        self._challenge: Challenge | None = None
+        """The claimed aggregate's challenge, built once from the claim's digest (:meth:`_challenge_of_claim`)."""
         self._carries: np.ndarray | None = None
         self._tags: dict[int, AggregateTag] = {}
         self._reported_total: tuple[int, ...] | None = None
@@ -546,9 +548,9 @@ class Server:
         """
         if self._carries is None or self.untagged:
             return ()
-        challenge = Challenge(self._session, self._digest, self._sum.size)
-        if self._reports_pass(challenge):
+        if self._reports_pass():
             return ()
+        challenge = self._challenge_of_claim()
         reports = {party: tag.values for party, tag in self._tags.items()}
         truth = {party: challenge.dots(self._unmasked_input(party)) for party in self._survivors}
         false = false_reports(reports, truth, config=self.config, survivors=self._survivors)
@@ -559,7 +561,13 @@ class Server:
             self._reports_hold = None
         return tuple(false)
 
-    def _reports_pass(self, challenge: Challenge) -> bool:
+    def _challenge_of_claim(self) -> Challenge:
+        """The challenge of the aggregate this server claimed, derived from the claim's digest once a round."""
+        if self._challenge is None:
+            self._challenge = Challenge(self._session, self._digest, self._sum.size)
+        return self._challenge
+
+    def _reports_pass(self) -> bool:
         """Whether the reports of the tags received pass :func:`~fedfair.secagg.recheck.check_reports`, checked once.
 
         Both :meth:`refuse_false_reports` and :meth:`tags_add_up` ask, in the same round over the same tags; the
@@ -568,14 +576,14 @@ class Server:
         if self._reports_hold is None:
             reports = {party: tag.values for party, tag in self._tags.items()}
             try:
-                check_reports(reports, self._claimed_values(challenge), config=self.config, survivors=self._survivors)
+                check_reports(reports, self._claimed_values(), config=self.config, survivors=self._survivors)
             except VerificationError:
                 self._reports_hold = False
             else:
                 self._reports_hold = True
         return self._reports_hold
 
-    def _claimed_values(self, challenge: Challenge) -> tuple[int, ...]:
+    def _claimed_values(self) -> tuple[int, ...]:
         """:func:`~fedfair.secagg.recheck.claimed_values` of this re-checked claim, computed once (two d-word passes).
 
         S', K and so r are fixed from :meth:`claim` on; the reports are checked against it again only once a false
@@ -583,7 +591,7 @@ class Server:
         """
         if self._reported_total is None:
             assert self._carries is not None  # a re-checked claim was made
-            self._reported_total = claimed_values(challenge, self._sum, self._carries)
+            self._reported_total = claimed_values(self._challenge_of_claim(), self._sum, self._carries)
         return self._reported_total
 
     def tags_add_up(self) -> bool:
@@ -598,10 +606,11 @@ class Server:
         """
         if self.untagged:
             return False
-        challenge = Challenge(self._session, self._digest, self._sum.size)
-        if self._carries is not None and not self._reports_pass(challenge):
+        if self._carries is not None and not self._reports_pass():
             return False
-        return check_sum(challenge.dots(self._sum), (self._tags[party].tags for party in sorted(self._tags)))
+        return check_sum(
+            self._challenge_of_claim().dots(self._sum), (self._tags[party].tags for party in sorted(self._tags))
+        )
 
     def tag_set(self) -> TagSet:
         """Close VERIFY: relay every tag received to every survivor, which then checks them (:meth:`Client.verify`).

@@ -46,7 +46,8 @@ from fedfair.runtime.auditor.config import (
 from fedfair.runtime.auditor.process import AuditorProcess
 from fedfair.runtime.collaborator.kinds.bounded import bounded_encoding
 from fedfair.runtime.peer.connection import plan_change
-from fedfair.runtime.peer.retries import DEFAULT_RETRY_POLICY, RetryPolicy, process_started
+from fedfair.runtime.peer.retries import DEFAULT_RETRY_POLICY, RetryPolicy
+from fedfair.runtime.process_facts import process_started
 from fedfair.runtime.collaborator.stage_steps import round_steps
 from fedfair.runtime.collaborator.steps import Work
 from fedfair.runtime.contract import ACCEPTED

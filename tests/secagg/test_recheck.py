@@ -372,7 +372,8 @@ def test_a_party_that_missed_the_round_is_kept_the_claim_every_survivor_shares()
 
 @pytest.mark.parametrize("liar", [None, 1])
 def test_the_reports_are_checked_once_a_round(liar: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The false reports' search and the tags' check ask alike; the server checks the reports once and keeps it.
+    """The false reports' search and the tags' check ask alike; the server checks the reports once and keeps it,
+    and builds the claim's challenge once for both.
 
     An honest round checks them once (both ask). Where a report is false, the liar is still named and its tag
     dropped after that one check, and the tags' check then finds a tag missing before it asks.
@@ -388,11 +389,18 @@ def test_the_reports_are_checked_once_a_round(liar: int | None, monkeypatch: pyt
         calls.append(1)
         check_reports(*args, **keywords)
 
+    challenges: list[Challenge] = []
+
+    def built(*args: Any) -> Challenge:
+        challenges.append(Challenge(*args))
+        return challenges[-1]
+
     monkeypatch.setattr(server_module, "check_reports", counted)
+    monkeypatch.setattr(server_module, "Challenge", built)
     assert withheld(harness, tags) is None
     if liar is None:
         assert harness.server.culprits == {} and harness.server.tags_add_up()
     else:
         assert set(harness.server.excluded()) == {liar} and harness.server.untagged == (liar,)
         assert not harness.server.tags_add_up()
-    assert len(calls) == 1
+    assert len(calls) == 1 and len(challenges) == 1

@@ -94,7 +94,7 @@ def statistics_encoder(
         if noised:
             floor = plan.survivor_floor(len(plan.collaborators))
             release = statistics_release(plan.privacy, schema)
-            colluders = plan.secure_aggregation.max_colluding
+            colluders = driver.settings.security.max_colluding  # the round's own parameters, as every site's
             summands = len(outcome.contributors)
             noise_std = decoded_noise_std(release, floor, colluders, summands, NOISED_STATISTICS_FRACTIONAL_BITS)
             encoder = encoder_from_noised_statistics(schema, outcome.weighted_sum, noise_std)

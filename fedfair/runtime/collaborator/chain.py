@@ -22,7 +22,7 @@ import torch
 
 from fedfair.core.errors import AggregateError, UncheckedModelError, VerificationError, VerifyReason
 from fedfair.core.server import Aggregate, ServerState
-from fedfair.core.sum_bounds import DecodedSum, encoding_breach, influence_breach
+from fedfair.core.sum_bounds import DecodedSum, sum_breach
 from fedfair.runtime.collaborator.chain_record import CHAIN_SUFFIX, Anchor, AnchorRecord, LoggedSum
 from fedfair.runtime.contract import model_digest_of_parts, model_download
 from fedfair.runtime.memory import release_freed
@@ -260,8 +260,8 @@ class ModelChain:
         anchor, round_number = self._anchor, logged.round
         assert anchor is not None  # _checks found it
         state, shared = anchor.state, self._shared
-        breach = encoding_breach(decoded, clip) or influence_breach(
-            decoded, logged.weight, shared.influence.update_norm, state.dimension, sorted(logged.survivors)
+        breach = sum_breach(
+            decoded, clip, logged.weight, shared.influence.update_norm, state.dimension, sorted(logged.survivors)
         )
         if breach is not None:
             logger.warning(
@@ -406,7 +406,7 @@ class ModelChain:
     def _decoded(self, words: np.ndarray, summands: int, encoder: Encoder, by_slice: bool) -> DecodedSum:
         """The sum `words` decoded as the aggregator decodes it: `by_slice`, a slice at a time where the encoding allows.
 
-        Whole, the sum is decoded once for the bounds' two passes and the step's; by slice (a state in a file, where a
+        Whole, the sum is decoded once for the bounds' pass and the step's; by slice (a state in a file, where a
         float64 copy of the sum would be a model's worth more memory), once for each of them.
         """
         length = words.size - 1

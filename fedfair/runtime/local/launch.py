@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from fedfair.core.errors import ConfigError, FedfairError
 from fedfair.pki.store import ca_paths
+from fedfair.runtime.process_facts import process_started
 from fedfair.runtime.local.processes import (
     Child,
     start_aggregator,
@@ -120,9 +121,6 @@ def print_failures(children: list[Child], logs: Path) -> None:
 def run_launch(args: argparse.Namespace, comparison: Comparison | None = None) -> int:
     """Check the split, then `federate` in `--workdir` or a temporary folder, kept when the run finishes unless `--no-keep`."""
     # What the operator waits for starts with the command, imports included: "Finished in" counts it all.
-    # Imported here: the peer layer loads grpc, which `fedfair launch --help` must not (tests/test_cli.py).
-    from fedfair.runtime.peer.retries import process_started
-
     started = process_started()
     if args.csv and args.label is None:
         raise ConfigError("--csv needs --label COLUMN, the label column every table holds")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import random
 import socket
 import ssl
@@ -22,7 +21,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TypeVar
 
 import grpc
@@ -320,7 +318,7 @@ class Backoff:
         self._next_start_line = 0.0
         self.started: float | None = None
         """When the operator's wait for a first answer began (time.monotonic()): under `collaborator start`, the
-        process's start (:func:`process_started`), since imports and the table take seconds of the operator's
+        process's start (:func:`~fedfair.runtime.process_facts.process_started`), since imports and the table take seconds of the operator's
         wait on a busy machine; None counts from the first dial."""
 
     def classify(self, error: grpc.RpcError, what: str) -> FailureError:
@@ -423,21 +421,6 @@ class Backoff:
                 raise failure from None
             self.retry(attempt, since, failure, what)
             attempt += 1
-
-
-def process_started() -> float:
-    """When this process started, on the time.monotonic() clock: the start of an operator's wait for the command.
-
-    Read from /proc (Linux: the process's start on the boot clock); elsewhere, now.
-    """
-    now = time.monotonic()
-    try:
-        # The fields after the command's name, which may itself hold spaces and parentheses; starttime is field 22.
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        age = time.clock_gettime(time.CLOCK_BOOTTIME) - int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, AttributeError, IndexError, ValueError):
-        return now
-    return now - max(age, 0.0)
 
 
 def refusal(error: grpc.RpcError, what: str, address: str = "its address", *, role: str) -> FailureError:
