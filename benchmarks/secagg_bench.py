@@ -6,8 +6,11 @@ leaving after sharing keys and before masking, the case that makes the server re
 their mask keys and cancel pairwise masks. It checks the decoded sum against the
 plaintext and records:
 
-- client_mask_s: a party's MASK step (adding its self mask and pairwise masks in place),
-  median over the sampled parties. Encoding is reported separately as client_encode_s;
+Every time is CPU seconds of the one thread the round runs on (``time.thread_time``): the round and
+its reference keystreams run on that thread alone, so load from other processes does not move them.
+
+- client_mask_s: a party's MASK step (adding its self mask and pairwise masks in place, then the
+  SHA-256 of its masked input that its signed view names), median over the sampled parties. Encoding is reported separately as client_encode_s;
   X25519 agreement happens in the SHARE step, as soon as the key directory is known, and
   the received shares are verified and decrypted in the CHECK step.
 - mask_vs_keystream: for each sampled party, its MASK step time divided by the time
@@ -17,6 +20,9 @@ plaintext and records:
   ratios. Bracketing each step with single-shot measurements taken moments apart keeps
   load from other processes from skewing the ratio. SAMPLES parties are sampled; small
   federations run the round again until there are enough.
+- digest_s: that SHA-256 of the masked input alone, timed on the party's message right after its
+  step; masking_vs_keystream is mask_vs_keystream with it taken out (the masks' own cost), and
+  client_total_less_digest_vs_keystream client_total_vs_keystream likewise.
 - client_total_vs_keystream: for each sampled party, its encoding plus its MASK step,
   divided by the time the raw ``cryptography`` AES-256-CTR cipher needs to produce all the
   keystream bytes that party consumes (its mask streams plus the
@@ -66,6 +72,7 @@ from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig, largest_safe_fractional_bits
 from fedfair.secagg.rounder import ROUNDING_BYTES_PER_COORDINATE
 from fedfair.secagg.messages import MaskedInput, Message
+from fedfair.secagg.payloads import masked_input_digest
 from fedfair.secagg.wire import SUM_STAGES, Stage
 from fedfair.secagg.simulate import DropOut, simulate_round
 
@@ -77,6 +84,8 @@ DROPOUTS = (0.0, 0.1, 0.3)
 CLIP = 1.0
 MAX_WEIGHT = 1000.0
 SAMPLES = 10
+CLOCK = time.thread_time
+"""The clock of every figure: this thread's CPU seconds (the round and its references run on it alone)."""
 
 
 RAW_CHUNK_BYTES = 1 << 19
@@ -97,12 +106,12 @@ def keystream_seconds(streams: int, words: int, word_bytes: int, repeats: int) -
     times = []
     for _ in range(repeats):
         keys = [os.urandom(prg.KEY_BYTES) for _ in range(streams)]
-        start = time.perf_counter()
+        start = CLOCK()
         for key in keys:
             stream = prg.Keystream(key)
             for offset in range(0, total, prg.BLOCK_BYTES):
                 stream.read_into(view[: min(prg.BLOCK_BYTES, total - offset)])
-        times.append(time.perf_counter() - start)
+        times.append(CLOCK() - start)
     return min(times)
 
 
@@ -115,13 +124,13 @@ def raw_keystream_seconds(size: int) -> float:
     zeros = bytes(RAW_CHUNK_BYTES)
     buffer = bytearray(RAW_CHUNK_BYTES)
     encryptor = Cipher(algorithms.AES(os.urandom(prg.KEY_BYTES)), modes.CTR(bytes(16))).encryptor()
-    start = time.perf_counter()
+    start = CLOCK()
     for _ in range(size // RAW_CHUNK_BYTES):
         encryptor.update_into(zeros, buffer)
     tail = size % RAW_CHUNK_BYTES
     if tail:
         encryptor.update_into(zeros[:tail], memoryview(buffer)[:tail])
-    return time.perf_counter() - start
+    return CLOCK() - start
 
 
 def keystream_gbps(size: int) -> float:
@@ -158,48 +167,53 @@ def run_cell(parties: int, dimension: int, dropout: float, modulus_bits: int) ->
     mask_samples: list[float] = []
     callback_seconds: list[float] = []
     masked_input_bytes: list[int] = []
+    digest_samples: list[float] = []
 
     # Each party encodes into one buffer of its own every round, as a collaborator process does;
     # the buffers start as a collaborator's is after its first round, with their pages mapped.
     buffers = {party: np.full(dimension + 1, 0, dtype=config.encoder.dtype) for party in range(1, parties + 1)}
 
     def encoded_input(party: int) -> np.ndarray:
-        entered = time.perf_counter()
+        entered = CLOCK()
         weighted = base * (weights[party - 1] * scales[party - 1])
-        start = time.perf_counter()
+        start = CLOCK()
         encoded = config.encoder.encode(weighted, float(weights[party - 1]), out=buffers[party])
-        encode_seconds.append(time.perf_counter() - start)
+        encode_seconds.append(CLOCK() - start)
         if len(keystream_before) < SAMPLES:
             # simulate_round calls this right before the party's MASK step ...
             encode_samples.append(encode_seconds[-1])
             keystream_before.append(keystream_seconds(streams, dimension + 1, word_bytes, repeats=1))
             party_keystream_before.append(raw_keystream_seconds(party_bytes))
-        callback_seconds.append(time.perf_counter() - entered)
+        callback_seconds.append(CLOCK() - entered)
         return encoded
 
     def observe(message: Message) -> None:
         # ... and this right after it (once the message is on the wire).
         if isinstance(message, MaskedInput) and len(keystream_after) < len(keystream_before):
-            entered = time.perf_counter()
+            entered = CLOCK()
             keystream_after.append(keystream_seconds(streams, dimension + 1, word_bytes, repeats=1))
             party_keystream_after.append(raw_keystream_seconds(party_bytes))
+            start = CLOCK()
+            masked_input_digest(bytes(32), message.sender, message.vector)
+            digest_samples.append(CLOCK() - start)
             if not masked_input_bytes:
                 masked_input_bytes.append(len(message.to_bytes()))
-            callback_seconds.append(time.perf_counter() - entered)
+            callback_seconds.append(CLOCK() - entered)
 
     traces = []
     round_seconds: list[float] = []
     while len(mask_samples) < SAMPLES:
         sampled_before = len(keystream_before)
-        start, callbacks_before = time.perf_counter(), sum(callback_seconds)
-        trace = simulate_round(config, encoded_input, DropOut({Stage.MASK: dropped}), observe)
-        round_seconds.append(time.perf_counter() - start - (sum(callback_seconds) - callbacks_before))
+        start, callbacks_before = CLOCK(), sum(callback_seconds)
+        trace = simulate_round(config, encoded_input, DropOut({Stage.MASK: dropped}), observe, clock=CLOCK)
+        round_seconds.append(CLOCK() - start - (sum(callback_seconds) - callbacks_before))
         traces.append(trace)
         # At least t parties mask in every round, so each round adds samples.
         mask_samples += trace.client_seconds[Stage.MASK][: len(keystream_before) - sampled_before]
     keystream_samples = [(a + b) / 2 for a, b in zip(keystream_before, keystream_after, strict=True)]
     party_keystream_samples = [(a + b) / 2 for a, b in zip(party_keystream_before, party_keystream_after, strict=True)]
     client_totals = [encode + mask for encode, mask in zip(encode_samples, mask_samples, strict=True)]
+    masking_samples = [mask - digest for mask, digest in zip(mask_samples, digest_samples, strict=True)]
 
     result = traces[0].result
     included = np.array(result.contributors) - 1
@@ -236,10 +250,18 @@ def run_cell(parties: int, dimension: int, dropout: float, modulus_bits: int) ->
         "mask_vs_keystream": statistics.median(
             mask / keystream for mask, keystream in zip(mask_samples, keystream_samples, strict=True)
         ),
+        "digest_s": statistics.median(digest_samples),
+        "masking_vs_keystream": statistics.median(
+            masking / keystream for masking, keystream in zip(masking_samples, keystream_samples, strict=True)
+        ),
         "party_keystream_s": statistics.median(party_keystream_samples),
         "party_keystream_bytes": party_bytes,
         "client_total_vs_keystream": statistics.median(
             total / keystream for total, keystream in zip(client_totals, party_keystream_samples, strict=True)
+        ),
+        "client_total_less_digest_vs_keystream": statistics.median(
+            (encode + masking) / keystream
+            for encode, masking, keystream in zip(encode_samples, masking_samples, party_keystream_samples, strict=True)
         ),
         "client_total_vs_mask_keystream": statistics.median(
             total / keystream for total, keystream in zip(client_totals, keystream_samples, strict=True)
