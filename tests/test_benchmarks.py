@@ -149,6 +149,36 @@ def test_federation_bench_reads_proc_memory_and_tells_the_parties_apart() -> Non
     assert bench.ProcessPeaks("collaborator", "gone").sample(child.pid) == 0.0
 
 
+BURN = """
+import os, sys, time
+if sys.argv[1:] == ["worker"]:
+    while time.process_time() < 1.0:  # one CPU second, then idle long enough for the party to sample it
+        pass
+    time.sleep(1.5)
+else:  # started as a Flower simulation starts Ray: a worker two levels down, titled as Ray titles its workers
+    os.waitpid(os.posix_spawn(sys.executable, ["ray::ClientAppActor", __file__, "worker"], os.environ), 0)
+"""
+
+
+def test_flower_bench_party_counts_its_whole_tree_and_tells_rays_workers_apart(tmp_path: Path) -> None:
+    script = tmp_path / "burn.py"
+    script.write_text(BURN)
+    report = tmp_path / "party.cpu.json"
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "flower_bench.py"), "party", str(report), "--"]
+        + [sys.executable, str(script)],
+        check=True,
+        timeout=120,
+    )
+    counted = json.loads(report.read_text())
+    assert counted["exit"] == 0
+    # The worker's second and its interpreter's start (tens of ms): the sample after its burn sees all of it, since
+    # it then idles for three sampling periods; /proc counts whole clock ticks (10 ms), rounding down.
+    assert 0.98 <= counted["ray_worker_cpu_seconds"] < 1.3
+    # The total is exact (the subreaper's rusage): the worker's CPU plus its parent interpreter's start.
+    assert counted["ray_worker_cpu_seconds"] < counted["cpu_seconds"] < counted["ray_worker_cpu_seconds"] + 1.0
+
+
 @pytest.mark.slow
 @pytest.mark.study
 def test_federation_bench_runs_a_small_launched_federation_to_its_end(tmp_path: Path) -> None:
