@@ -75,9 +75,11 @@ PR_SET_CHILD_SUBREAPER = 36
 def party(report: Path, command: list[str]) -> int:
     """Run `command` as a party: reap its every descendant, then write their CPU seconds to `report`.
 
-    Besides the exact total it writes the CPU of Ray's worker processes (those named `ray::...`: in Flower's
-    simulation engine they run the sites' ClientApps), sampled from /proc while they live (each to within a
-    sampling period). SIGTERM ends the party's whole process tree (a Flower server runs until told to stop).
+    The total is getrusage's, exact, plus what the kernel drops: a process whose parent ignores SIGCHLD (as Ray's
+    raylet does, for its workers) is reaped without adding its CPU to anyone's, so that part is sampled from
+    /proc while it lives, each process to within a sampling period. The report also gives the CPU of Ray's
+    ClientApp actor processes (where Flower's simulation engine runs the sites' ClientApps), sampled alike.
+    SIGTERM ends the party's whole process tree (a Flower server runs until told to stop).
     """
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
@@ -85,12 +87,16 @@ def party(report: Path, command: list[str]) -> int:
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     child = subprocess.Popen(command)
-    ray_workers: dict[tuple[int, int], float] = {}
+    seen: dict[tuple[int, int], Sampled] = {}
     while child.poll() is None and not stopped.is_set():
-        ray_workers.update(ray_worker_cpu(descendants()))
+        for pid in descendants():
+            if (sampled := sample(pid)) is not None:
+                key = (pid, sampled.started)
+                seen[key] = sampled.joined(seen.get(key))
         time.sleep(0.5)
     # Orphans of the party's tree are this process's children now (a subreaper's): end and reap them, as long as
     # any is left (a child may start another before it dies).
+    reaped = set()
     while children := own_children():
         for pid in children:
             try:
@@ -98,13 +104,16 @@ def party(report: Path, command: list[str]) -> int:
             except ProcessLookupError:
                 pass
         for _ in children:
-            os.waitpid(-1, 0)
+            reaped.add(os.waitpid(-1, 0)[0])
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # An orphan of a parent that ignored SIGCHLD became this process's child, and getrusage counted it.
+    dropped = sum(each.cpu_seconds for (pid, _), each in seen.items() if each.parent_drops_it and pid not in reaped)
     report.write_text(
         json.dumps(
             {
-                "cpu_seconds": usage.ru_utime + usage.ru_stime,
-                "ray_worker_cpu_seconds": sum(ray_workers.values()),
+                "cpu_seconds": usage.ru_utime + usage.ru_stime + dropped,
+                "dropped_by_kernel_cpu_seconds": dropped,
+                "client_app_actor_cpu_seconds": sum(each.cpu_seconds for each in seen.values() if each.client_app),
                 "exit": child.returncode,
             }
         )
@@ -132,22 +141,47 @@ def descendants() -> list[int]:
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+SIGCHLD_BIT = 1 << (signal.SIGCHLD - 1)
+"""SIGCHLD's bit in /proc/PID/status's SigIgn mask."""
 
 
-def ray_worker_cpu(pids: list[int]) -> dict[tuple[int, int], float]:
-    """The CPU seconds so far of each of `pids` that is a Ray worker, keyed by (pid, start time): a reused pid
-    is another process."""
-    seconds = {}
-    for pid in pids:
-        try:
-            name = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # it ended while we looked
-            continue
-        if name.startswith(b"ray::"):
-            # stat's fields after the name: state is the first; utime, stime the 12th and 13th; starttime the 20th.
-            seconds[(pid, int(fields[19]))] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-    return seconds
+@dataclass(frozen=True)
+class Sampled:
+    """One process as /proc last showed it."""
+
+    started: int
+    """Its start time in clock ticks: with the pid, it names the process (pids are reused)."""
+    cpu_seconds: float
+    """Its own CPU and that of the children it reaped."""
+    parent_drops_it: bool
+    """Its parent ignores SIGCHLD: the kernel reaps it and adds its CPU to no one's."""
+    client_app: bool
+    """It is (or was) a Ray actor running Flower ClientApps."""
+
+    def joined(self, earlier: Sampled | None) -> Sampled:
+        """This sample, still a ClientApp actor if it was one (an actor's title changes as it works)."""
+        if earlier is None or not earlier.client_app:
+            return self
+        return Sampled(self.started, self.cpu_seconds, self.parent_drops_it, True)
+
+
+def sample(pid: int) -> Sampled | None:
+    """The process `pid` as /proc shows it now; None if it has ended."""
+    try:
+        title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        # stat's fields after the name: state is the first, ppid the 2nd; utime, stime, cutime, cstime the 12th
+        # to 15th; starttime the 20th.
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        parent = Path(f"/proc/{fields[1]}/status").read_text()
+    except OSError:
+        return None
+    ignored = next(int(line.split()[1], 16) for line in parent.splitlines() if line.startswith("SigIgn:"))
+    return Sampled(
+        started=int(fields[19]),
+        cpu_seconds=sum(int(ticks) for ticks in fields[11:15]) / CLOCK_TICKS,
+        parent_drops_it=bool(ignored & SIGCHLD_BIT),
+        client_app=title.startswith(b"ray::ClientAppActor"),
+    )
 
 
 @dataclass
@@ -236,7 +270,7 @@ class Parties:
             process.wait(timeout=60)
 
     def cpu(self) -> dict[str, dict[str, float]]:
-        """Each party's report: its tree's CPU seconds, and its Ray workers' (`party`)."""
+        """Each party's report (`party`): its tree's CPU seconds, and those of Ray's ClientApp actors in it."""
         return {name: json.loads((self.folder / f"{name}.cpu.json").read_text()) for name in self.started}
 
     def logs(self) -> str:
@@ -286,8 +320,8 @@ class Run:
     rounds: int
 
     def summary(self) -> dict[str, Any]:
-        """Wall, CPU (all parties; the server and each site, or in a simulation Ray's workers and the rest) and
-        bytes a round."""
+        """Wall, CPU (all parties; the server and each site, or in a simulation Ray's ClientApp actors and the
+        rest) and bytes a round."""
         rounds = self.rounds
         total = sum(report["cpu_seconds"] for report in self.cpu.values())
         common = {
@@ -297,12 +331,15 @@ class Run:
             "cpu_seconds_total": round(total, 1),
         }
         if self.bytes_up is None or self.bytes_down is None:
-            # One process tree: the sites' ClientApps run in Ray's workers, the rest is the SuperLink, the
+            # One process tree: the sites' ClientApps run in Ray's actors, the rest is the SuperLink, the
             # ServerApp and Ray's own daemons.
-            workers = sum(report["ray_worker_cpu_seconds"] for report in self.cpu.values())
+            client_apps = sum(report["client_app_actor_cpu_seconds"] for report in self.cpu.values())
             return common | {
-                "ray_worker_cpu_seconds": round(workers, 1),
-                "rest_cpu_seconds": round(total - workers, 1),
+                "client_app_actor_cpu_seconds": round(client_apps, 1),
+                "rest_cpu_seconds": round(total - client_apps, 1),
+                "dropped_by_kernel_cpu_seconds": round(
+                    sum(report["dropped_by_kernel_cpu_seconds"] for report in self.cpu.values()), 1
+                ),
                 "bytes_per_round_up": None,
                 "bytes_per_round_down": None,
             }
@@ -478,7 +515,7 @@ def run_flower_simulation(settings: Settings, folder: Path, flower_bin: Path) ->
     wait_for_port(port, parties)
     connection = [f'address = "127.0.0.1:{port}"', "insecure = true"]
     # One CPU an actor, so each core runs a ClientApp as each fedfair collaborator process has one compute thread.
-    options = ["--federation-config", f"num-supernodes={SITES} options.backend.client-resources.num-cpus=1"]
+    options = ["--federation-config", f"num-supernodes={SITES} client-resources-num-cpus=1"]
     trained, wall = flwr_run(settings, flower_bin, parties, connection, options, started)
     return Run(SIMULATION, wall, parties.cpu(), None, None, trained["theta"], float(trained["c"]), settings.rounds)
 
@@ -488,7 +525,13 @@ def relative(a: list[float], b: list[float]) -> float:
     return float(np.linalg.norm(x - y) / np.linalg.norm(y))
 
 
-COSTS = ("wall_seconds", "cpu_seconds_total", "server_cpu_seconds", "site_cpu_seconds_median", "ray_worker_cpu_seconds")
+COSTS = (
+    "wall_seconds",
+    "cpu_seconds_total",
+    "server_cpu_seconds",
+    "site_cpu_seconds_median",
+    "client_app_actor_cpu_seconds",
+)
 """The figures fitted as start-up plus a cost per round, those of them that a system's runs have."""
 
 

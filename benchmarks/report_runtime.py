@@ -375,7 +375,7 @@ FLOWER_COST_LABELS = {
     "cpu_seconds_total": "CPU, all parties",
     "server_cpu_seconds": "server CPU",
     "site_cpu_seconds_median": "site CPU",
-    "ray_worker_cpu_seconds": "Ray workers' CPU",
+    "client_app_actor_cpu_seconds": "ClientApp actors' CPU",
 }
 """The costs flower_bench fits per round, as its table names them."""
 
@@ -383,8 +383,8 @@ FLOWER_COST_LABELS = {
 def flower_run_row(run: Mapping[str, Any]) -> list[str]:
     """One run of flower_bench: a deployment's parties each, or a simulation's one process tree split in two."""
     if run["bytes_per_round_up"] is None:  # Flower's simulation engine: one tree, no network
-        parts = [run["rest_cpu_seconds"], run["ray_worker_cpu_seconds"]]
-        cells = [f"{fixed(parts[0], 1)} (rest of the tree)", f"{fixed(parts[1], 1)} (Ray's workers, all sites)"]
+        parts = [run["rest_cpu_seconds"], run["client_app_actor_cpu_seconds"]]
+        cells = [f"{fixed(parts[0], 1)} (the rest)", f"{fixed(parts[1], 1)} (ClientApp actors, all sites)"]
         cells += ["none: no network", ""]
     else:
         parts = [run["server_cpu_seconds"], *run["site_cpu_seconds_each"]]
