@@ -459,7 +459,8 @@ def flwr_run(
         raise RuntimeError(f"flwr run failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}\n{parties.logs()}")
     # The strategy leaves a failed site out of its round (as Ray's out-of-memory killer makes its actors fail on a
     # host short of memory) and goes on: that run trained another model, and its costs are not the federation's.
-    if dropped := [line for line in done.stdout.splitlines() if "left round" in line or "no site replied" in line]:
+    streamed = (done.stdout + done.stderr).splitlines()  # the ServerApp's log, as `flwr run --stream` shows it
+    if dropped := [line for line in streamed if "left round" in line or "no site replied" in line]:
         raise RuntimeError("a site dropped out of the run; free memory and run again:\n" + "\n".join(dropped[:5]))
     return dict(json.loads(result.read_text())), wall
 
