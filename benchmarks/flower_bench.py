@@ -2,27 +2,33 @@
 
 The task is the Flower example's (examples/flower-fedsrcvar/: its MLP, Adult split by race into 3 sites, the
 strategy's defaults but rho = 0.2): fedfair's aggregator and three collaborator processes over mutual TLS, the plan
-naming the example's model factory (`fedsrcvar_app.task:model`); and Flower's deployment engine, a SuperLink
-serving TLS with a certificate of fedfair's PKI, three SuperNodes and `flwr run` of the example. Both take
+naming the example's model factory (`fedsrcvar_app.task:model`); and `flwr run` of the example through one of
+Flower's engines (`--engine`): the deployment engine, a SuperLink serving TLS with a certificate of fedfair's PKI
+and three SuperNodes, or the simulation engine, a simulating SuperLink whose Ray backend runs three virtual
+SuperNodes' ClientApps in its worker processes (one actor of one CPU a core). Both systems take
 b_k = round(fraction * n_k) (the plan's batch_fraction; the example's batch-fraction), the same seed and rounds.
 fedfair runs with plain sums (`--secure` masks them: its sums are then fixed point, so equality is to its
 quantisation), Flower with its plain strategy.
 
 Per party (the aggregator or the SuperLink with the ServerApp it starts; each site's collaborator or SuperNode
 with the ClientApp processes it starts) it reads the CPU seconds of the party's whole process tree: each party
-runs under a subreaper that reaps every descendant and reports getrusage(RUSAGE_CHILDREN). The `flwr run`
-command itself is the operator's, not a party's, and is not counted. Bytes on the wire are what the sites and
-the server exchange: every site dials the server through a relay in this process that counts each
-direction's bytes (TLS records, headers included). Final model equality: the largest relative difference of
-the suffix-averaged theta, and of c, between the two runs.
+runs under a subreaper that reaps every descendant and reports getrusage(RUSAGE_CHILDREN). A simulation is one
+party, the SuperLink's tree (the ServerApp's process, Ray's daemons and workers): its CPU is split by sampling
+/proc into Ray's worker processes, where the sites' ClientApps run, and the rest. The `flwr run` command itself
+is the operator's, not a party's, and is not counted. Bytes on the wire are what the sites and the server
+exchange: every site dials the server through a relay in this process that counts each direction's bytes (TLS
+records, headers included); a simulation sends none over a network. Final model equality: the largest relative
+difference of the suffix-averaged theta, and of c, between the two runs.
 
 With several round counts (`--rounds 2 8`) each repeat runs each count, and the document fits each system's wall
 and CPU as start-up plus a cost per round (least squares over the runs) and projects them to `--project` rounds
-(200, the issue's federation): the deployment engine's ClientApp process per message makes Flower's rounds too
-slow on this machine to run 200 of them.
+(200, the issue's federation): the deployment engine's ClientApp process per message makes its rounds too slow on
+this machine to run 200 of them. The simulation engine's are not, and it runs the 200 itself:
 
     nice -n 3 .venv/bin/python benchmarks/flower_bench.py --rounds 2 8 --repeats 1 \
         --json benchmarks/results/flower_bench.json
+    nice -n 3 .venv/bin/python benchmarks/flower_bench.py --engine simulation --rounds 200 --repeats 2 \
+        --json benchmarks/results/flower_bench_simulation.json
 
 Needs `make test-flower`'s environment (.venv-flower) for Flower's commands; one repeat of each system after the
 other. Nice it lightly, not by nice's default 10: a SuperNode's ClientApp process must send its first heartbeat
@@ -69,6 +75,10 @@ PR_SET_CHILD_SUBREAPER = 36
 def party(report: Path, command: list[str]) -> int:
     """Run `command` as a party: reap its every descendant, then write their CPU seconds to `report`.
 
+    The total is getrusage's, exact, plus what the kernel drops: a process whose parent ignores SIGCHLD (as Ray's
+    raylet does, for its workers) is reaped without adding its CPU to anyone's, so that part is sampled from
+    /proc while it lives, each process to within a sampling period. The report also gives the CPU of Ray's
+    ClientApp actor processes (where Flower's simulation engine runs the sites' ClientApps), sampled alike.
     SIGTERM ends the party's whole process tree (a Flower server runs until told to stop).
     """
     libc = ctypes.CDLL(None, use_errno=True)
@@ -77,10 +87,16 @@ def party(report: Path, command: list[str]) -> int:
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     child = subprocess.Popen(command)
+    seen: dict[tuple[int, int], Sampled] = {}
     while child.poll() is None and not stopped.is_set():
-        time.sleep(0.2)
+        for pid in descendants():
+            if (sampled := sample(pid)) is not None:
+                key = (pid, sampled.started)
+                seen[key] = sampled.joined(seen.get(key))
+        time.sleep(0.5)
     # Orphans of the party's tree are this process's children now (a subreaper's): end and reap them, as long as
     # any is left (a child may start another before it dies).
+    reaped = set()
     while children := own_children():
         for pid in children:
             try:
@@ -88,15 +104,84 @@ def party(report: Path, command: list[str]) -> int:
             except ProcessLookupError:
                 pass
         for _ in children:
-            os.waitpid(-1, 0)
+            reaped.add(os.waitpid(-1, 0)[0])
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    report.write_text(json.dumps({"cpu_seconds": usage.ru_utime + usage.ru_stime, "exit": child.returncode}))
+    # An orphan of a parent that ignored SIGCHLD became this process's child, and getrusage counted it.
+    dropped = sum(each.cpu_seconds for (pid, _), each in seen.items() if each.parent_drops_it and pid not in reaped)
+    report.write_text(
+        json.dumps(
+            {
+                "cpu_seconds": usage.ru_utime + usage.ru_stime + dropped,
+                "dropped_by_kernel_cpu_seconds": dropped,
+                "client_app_actor_cpu_seconds": sum(each.cpu_seconds for each in seen.values() if each.client_app),
+                "exit": child.returncode,
+            }
+        )
+    )
     return 0
 
 
 def own_children() -> list[int]:
     """This process's live children (Linux lists each thread's in /proc)."""
     return [int(pid) for task in Path("/proc/self/task").iterdir() for pid in (task / "children").read_text().split()]
+
+
+def descendants() -> list[int]:
+    """Every live process below this one."""
+    found, stack = [], [Path("/proc/self")]
+    while stack:
+        for task in stack.pop().glob("task/*"):
+            try:
+                children = [int(pid) for pid in (task / "children").read_text().split()]
+            except OSError:  # the task ended while we looked
+                continue
+            found += children
+            stack += [Path(f"/proc/{pid}") for pid in children]
+    return found
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+SIGCHLD_BIT = 1 << (signal.SIGCHLD - 1)
+"""SIGCHLD's bit in /proc/PID/status's SigIgn mask."""
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """One process as /proc last showed it."""
+
+    started: int
+    """Its start time in clock ticks: with the pid, it names the process (pids are reused)."""
+    cpu_seconds: float
+    """Its own CPU and that of the children it reaped."""
+    parent_drops_it: bool
+    """Its parent ignores SIGCHLD: the kernel reaps it and adds its CPU to no one's."""
+    client_app: bool
+    """It is (or was) a Ray actor running Flower ClientApps."""
+
+    def joined(self, earlier: Sampled | None) -> Sampled:
+        """This sample, still a ClientApp actor if it was one (an actor's title changes as it works)."""
+        if earlier is None or not earlier.client_app:
+            return self
+        return Sampled(self.started, self.cpu_seconds, self.parent_drops_it, True)
+
+
+def sample(pid: int) -> Sampled | None:
+    """The process `pid` as /proc shows it now; None if it has ended."""
+    try:
+        title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        # stat's fields after the name: state is the first, ppid the 2nd; utime, stime, cutime, cstime the 12th
+        # to 15th; starttime the 20th.
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        parent = Path(f"/proc/{fields[1]}/status").read_text()
+    except OSError:
+        return None
+    ignored = next(int(line.split()[1], 16) for line in parent.splitlines() if line.startswith("SigIgn:"))
+    return Sampled(
+        started=int(fields[19]),
+        cpu_seconds=sum(int(ticks) for ticks in fields[11:15]) / CLOCK_TICKS,
+        parent_drops_it=bool(ignored & SIGCHLD_BIT),
+        client_app=title.startswith(b"ray::ClientAppActor"),
+    )
 
 
 @dataclass
@@ -184,10 +269,9 @@ class Parties:
         for process in self.started.values():
             process.wait(timeout=60)
 
-    def cpu(self) -> dict[str, float]:
-        return {
-            name: json.loads((self.folder / f"{name}.cpu.json").read_text())["cpu_seconds"] for name in self.started
-        }
+    def cpu(self) -> dict[str, dict[str, float]]:
+        """Each party's report (`party`): its tree's CPU seconds, and those of Ray's ClientApp actors in it."""
+        return {name: json.loads((self.folder / f"{name}.cpu.json").read_text()) for name in self.started}
 
     def logs(self) -> str:
         return "\n".join(f"--- {path.name}\n{path.read_text()[-2000:]}" for path in sorted(self.folder.glob("*.log")))
@@ -224,26 +308,44 @@ class Settings:
 
 @dataclass
 class Run:
-    """One run's measurements."""
+    """One run's measurements: the CPU report of each party (`party`), bytes None where nothing crossed a network."""
 
     system: str
     wall_seconds: float
-    cpu_seconds: dict[str, float]
-    bytes_up: int
-    bytes_down: int
+    cpu: dict[str, dict[str, float]]
+    bytes_up: int | None
+    bytes_down: int | None
     theta_average: list[float]
     c_average: float
-
     rounds: int
 
     def summary(self) -> dict[str, Any]:
+        """Wall, CPU (all parties; the server and each site, or in a simulation Ray's ClientApp actors and the
+        rest) and bytes a round."""
         rounds = self.rounds
-        sites = [seconds for name, seconds in self.cpu_seconds.items() if name != "server"]
-        return {
+        total = sum(report["cpu_seconds"] for report in self.cpu.values())
+        common = {
             "system": self.system,
             "rounds": rounds,
             "wall_seconds": round(self.wall_seconds, 1),
-            "server_cpu_seconds": round(self.cpu_seconds["server"], 1),
+            "cpu_seconds_total": round(total, 1),
+        }
+        if self.bytes_up is None or self.bytes_down is None:
+            # One process tree: the sites' ClientApps run in Ray's actors, the rest is the SuperLink, the
+            # ServerApp and Ray's own daemons.
+            client_apps = sum(report["client_app_actor_cpu_seconds"] for report in self.cpu.values())
+            return common | {
+                "client_app_actor_cpu_seconds": round(client_apps, 1),
+                "rest_cpu_seconds": round(total - client_apps, 1),
+                "dropped_by_kernel_cpu_seconds": round(
+                    sum(report["dropped_by_kernel_cpu_seconds"] for report in self.cpu.values()), 1
+                ),
+                "bytes_per_round_up": None,
+                "bytes_per_round_down": None,
+            }
+        sites = [report["cpu_seconds"] for name, report in self.cpu.items() if name != "server"]
+        return common | {
+            "server_cpu_seconds": round(self.cpu["server"]["cpu_seconds"], 1),
             "site_cpu_seconds_median": round(statistics.median(sites), 1),
             "site_cpu_seconds_each": [round(seconds, 1) for seconds in sites],
             "bytes_per_round_up": round(self.bytes_up / rounds),
@@ -312,12 +414,11 @@ def write_tls_files(folder: Path) -> tuple[Path, Path, Path]:
     return folder / "ca.crt", certificate, folder / "superlink.key"
 
 
-def run_flower(settings: Settings, folder: Path, flower_bin: Path) -> Run:
-    """Flower's deployment engine: a SuperLink over TLS, three SuperNodes dialing it, `flwr run` of the example."""
-    ca, certificate, key = write_tls_files(folder)
+def flower_environment(folder: Path, flower_bin: Path) -> dict[str, str]:
+    """Each Flower party's: `environment`'s, Flower's home in `folder`, no update check or usage report."""
     home = folder / "flwr-home"
     home.mkdir()
-    env = environment(
+    return environment(
         {
             "FLWR_HOME": str(home),
             "FLWR_DISABLE_UPDATE_CHECK": "1",
@@ -325,9 +426,51 @@ def run_flower(settings: Settings, folder: Path, flower_bin: Path) -> Run:
             "PATH": f"{flower_bin}{os.pathsep}{os.environ['PATH']}",
         }
     )
+
+
+def flwr_run(
+    settings: Settings, flower_bin: Path, parties: Parties, connection: list[str], options: list[str], started: float
+) -> tuple[dict[str, Any], float]:
+    """`flwr run` of the example against the SuperLink that `connection` (its config lines) names, streamed to
+    its end, then every party stopped: the ServerApp's result (the trained pair) and the wall seconds from
+    `started` (a monotonic time) to the run's end."""
+    env = parties.env
+    (Path(env["FLWR_HOME"]) / "config.toml").write_text(
+        "\n".join(["[superlink]", 'default = "bench"', "", "[superlink.bench]", *connection]) + "\n"
+    )
+    result = parties.folder / "flower.json"
+    run_config = (
+        f"num-server-rounds={settings.rounds} rho={settings.rho} epsilon={settings.epsilon} "
+        f"local-steps={settings.local_steps} lr={settings.lr} threshold-lr={settings.lr} seed={settings.seed} "
+        f"batch-fraction={settings.batch_fraction} result-file='{result}'"
+    )
+    try:
+        done = subprocess.run(
+            [str(flower_bin / "flwr"), "run", str(EXAMPLE), "bench", "--stream", "--run-config", run_config, *options],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300 + 120 * settings.rounds,
+        )
+    finally:
+        wall = time.monotonic() - started
+        parties.stop()
+    if done.returncode != 0 or not result.exists():
+        raise RuntimeError(f"flwr run failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}\n{parties.logs()}")
+    # The strategy leaves a failed site out of its round (as Ray's out-of-memory killer makes its actors fail on a
+    # host short of memory) and goes on: that run trained another model, and its costs are not the federation's.
+    streamed = (done.stdout + done.stderr).splitlines()  # the ServerApp's log, as `flwr run --stream` shows it
+    if dropped := [line for line in streamed if "left round" in line or "no site replied" in line]:
+        raise RuntimeError("a site dropped out of the run; free memory and run again:\n" + "\n".join(dropped[:5]))
+    return dict(json.loads(result.read_text())), wall
+
+
+def run_flower(settings: Settings, folder: Path, flower_bin: Path) -> Run:
+    """Flower's deployment engine: a SuperLink over TLS, three SuperNodes dialing it, `flwr run` of the example."""
+    ca, certificate, key = write_tls_files(folder)
+    parties = Parties(folder, flower_environment(folder, flower_bin))
     port = free_port()
     relay = Relay(("127.0.0.1", port))
-    parties = Parties(folder, env)
     started = time.monotonic()
     parties.start(
         "server",
@@ -347,34 +490,39 @@ def run_flower(settings: Settings, folder: Path, flower_bin: Path) -> Run:
                 "--port", str(free_port()), "--node-config", f"partition-id={index} num-partitions={SITES}",
             ],
         )  # fmt: skip
-    (home / "config.toml").write_text(
-        f'[superlink]\ndefault = "bench"\n\n[superlink.bench]\naddress = "127.0.0.1:{port}"\n'
-        f'root-certificates = "{ca}"\n'
-    )
-    result = folder / "flower.json"
-    run_config = (
-        f"num-server-rounds={settings.rounds} rho={settings.rho} epsilon={settings.epsilon} "
-        f"local-steps={settings.local_steps} lr={settings.lr} threshold-lr={settings.lr} seed={settings.seed} "
-        f"batch-fraction={settings.batch_fraction} result-file='{result}'"
-    )
+    connection = [f'address = "127.0.0.1:{port}"', f'root-certificates = "{ca}"']
     try:
-        done = subprocess.run(
-            [str(flower_bin / "flwr"), "run", str(EXAMPLE), "bench", "--stream", "--run-config", run_config],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300 + 120 * settings.rounds,
-        )
+        trained, wall = flwr_run(settings, flower_bin, parties, connection, [], started)
     finally:
-        wall = time.monotonic() - started
-        parties.stop()
         relay.close()
-    if done.returncode != 0 or not result.exists():
-        raise RuntimeError(f"flwr run failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}\n{parties.logs()}")
-    trained = json.loads(result.read_text())
     return Run(
         "Flower", wall, parties.cpu(), relay.up, relay.down, trained["theta"], float(trained["c"]), settings.rounds
     )
+
+
+SIMULATION = "Flower, simulation engine"
+
+
+def run_flower_simulation(settings: Settings, folder: Path, flower_bin: Path) -> Run:
+    """Flower's simulation engine: a SuperLink that simulates (its Ray backend, one ClientApp actor a core), three
+    virtual SuperNodes, `flwr run` of the example. One party: everything runs in the SuperLink's process tree, and
+    nothing crosses a network (the Control API that `flwr run` submits to is the operator's, not counted)."""
+    parties = Parties(folder, flower_environment(folder, flower_bin))
+    port = free_port()
+    started = time.monotonic()
+    parties.start(
+        "server",
+        [
+            str(flower_bin / "flower-superlink"), "--insecure", "--simulation",
+            "--disable-runtime-dependency-installation", "--host", "127.0.0.1", "--port", str(port),
+        ],
+    )  # fmt: skip
+    wait_for_port(port, parties)
+    connection = [f'address = "127.0.0.1:{port}"', "insecure = true"]
+    # One CPU an actor, so each core runs a ClientApp as each fedfair collaborator process has one compute thread.
+    options = ["--federation-config", f"num-supernodes={SITES} client-resources-num-cpus=1"]
+    trained, wall = flwr_run(settings, flower_bin, parties, connection, options, started)
+    return Run(SIMULATION, wall, parties.cpu(), None, None, trained["theta"], float(trained["c"]), settings.rounds)
 
 
 def relative(a: list[float], b: list[float]) -> float:
@@ -382,8 +530,14 @@ def relative(a: list[float], b: list[float]) -> float:
     return float(np.linalg.norm(x - y) / np.linalg.norm(y))
 
 
-COSTS = ("wall_seconds", "server_cpu_seconds", "site_cpu_seconds_median")
-"""The figures fitted as start-up plus a cost per round."""
+COSTS = (
+    "wall_seconds",
+    "cpu_seconds_total",
+    "server_cpu_seconds",
+    "site_cpu_seconds_median",
+    "client_app_actor_cpu_seconds",
+)
+"""The figures fitted as start-up plus a cost per round, those of them that a system's runs have."""
 
 
 def per_round_costs(summaries: list[dict[str, Any]], project: int) -> dict[str, dict[str, float | None]]:
@@ -394,7 +548,7 @@ def per_round_costs(summaries: list[dict[str, Any]], project: int) -> dict[str, 
     the projection."""
     rounds = [summary["rounds"] for summary in summaries]
     fitted: dict[str, dict[str, float | None]] = {}
-    for cost in COSTS:
+    for cost in (cost for cost in COSTS if all(cost in summary for summary in summaries)):
         line = statistics.linear_regression(rounds, [summary[cost] for summary in summaries])
         measured = line.slope >= 0
         fitted[cost] = {
@@ -419,6 +573,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeats", type=int, default=2, help="runs of each system, interleaved (default 2)")
     parser.add_argument("--batch-fraction", type=float, default=0.03, help="b_k = round(f n_k) (default 0.03)")
+    parser.add_argument(
+        "--engine",
+        choices=("deployment", "simulation"),
+        default="deployment",
+        help="Flower's engine: SuperLink and SuperNodes as processes over TLS, or its simulation (Ray backend)",
+    )
     parser.add_argument("--secure", action="store_true", help="fedfair with its secure sums (fixed point)")
     parser.add_argument("--flower-venv", type=Path, default=ROOT / ".venv-flower", help="make test-flower's venv")
     parser.add_argument("--json", type=Path, help="also write the result here")
@@ -431,25 +591,34 @@ def main(argv: list[str] | None = None) -> int:
         for repeat in range(args.repeats):
             for rounds in args.rounds:
                 settings = Settings(rounds=rounds, batch_fraction=args.batch_fraction)
-                for system in ("fedfair", "flower"):
+                for system in ("fedfair", args.engine):
                     folder = Path(scratch) / f"{system}-{repeat}-{rounds}"
                     folder.mkdir()
                     if system == "fedfair":
                         runs.append(run_fedfair(settings, folder, args.secure))
+                    elif system == "simulation":
+                        runs.append(run_flower_simulation(settings, folder, flower_bin))
                     else:
                         runs.append(run_flower(settings, folder, flower_bin))
                     print(json.dumps(runs[-1].summary()), file=sys.stderr, flush=True)
     longest = max(args.rounds)
     ours = [run for run in runs if run.system.startswith("fedfair") and run.rounds == longest]
-    flowers = [run for run in runs if run.system == "Flower" and run.rounds == longest]
+    flowers = [run for run in runs if run.system.startswith("Flower") and run.rounds == longest]
     document: dict[str, Any] = {
         "settings": vars(Settings(rounds=longest, batch_fraction=args.batch_fraction))
-        | {"round_counts": args.rounds, "sites": SITES, "secure": args.secure, "task": "examples/flower-fedsrcvar"},
+        | {
+            "round_counts": args.rounds,
+            "sites": SITES,
+            "secure": args.secure,
+            "engine": args.engine,
+            "task": "examples/flower-fedsrcvar",
+        },
         "runs": [run.summary() for run in runs],
         "equality": {
             "rounds": longest,
             "theta_average_relative": relative(flowers[0].theta_average, ours[0].theta_average),
             "c_average_difference": abs(flowers[0].c_average - ours[0].c_average),
+            "c_average_relative": abs(flowers[0].c_average - ours[0].c_average) / abs(ours[0].c_average),
             "repeats_identical": all(run.theta_average == ours[0].theta_average for run in ours)
             and all(run.theta_average == flowers[0].theta_average for run in flowers),
         },

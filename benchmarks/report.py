@@ -120,6 +120,7 @@ SECTIONS: dict[str, Shows] = {
     "influence_bench": influence_bench,
     "federation_bench": federation_bench,
     "flower_bench": flower_bench,
+    "flower_bench_simulation": flower_bench,
     "flower_masking": flower_masking,
     "simulation_speed": simulation_speed,
     "dp_bench_h100": elsewhere(dp_bench, "on a machine with an H100 GPU"),

@@ -420,55 +420,85 @@ def federation_bench(name: str, document: Mapping[str, Any]) -> Section:
     )
 
 
+FLOWER_COST_LABELS = {
+    "wall_seconds": "wall",
+    "cpu_seconds_total": "CPU, all parties",
+    "server_cpu_seconds": "server CPU",
+    "site_cpu_seconds_median": "site CPU",
+    "client_app_actor_cpu_seconds": "ClientApp actors' CPU",
+}
+"""The costs flower_bench fits per round, as its table names them."""
+
+
+def flower_run_row(run: Mapping[str, Any]) -> list[str]:
+    """One run of flower_bench: a deployment's parties each, or a simulation's one process tree split in two."""
+    if run["bytes_per_round_up"] is None:  # Flower's simulation engine: one tree, no network
+        parts = [run["rest_cpu_seconds"], run["client_app_actor_cpu_seconds"]]
+        cells = [f"{fixed(parts[0], 1)} (the rest)", f"{fixed(parts[1], 1)} (ClientApp actors, all sites)"]
+        cells += ["none: no network", ""]
+    else:
+        parts = [run["server_cpu_seconds"], *run["site_cpu_seconds_each"]]
+        cells = [fixed(parts[0], 1), ", ".join(fixed(seconds, 1) for seconds in parts[1:])]
+        cells += [count(run["bytes_per_round_up"]), count(run["bytes_per_round_down"])]
+    # Files measured before the total was recorded give it as the sum of their parties'.
+    total = run.get("cpu_seconds_total", sum(parts))
+    return [run["system"], str(run["rounds"]), fixed(run["wall_seconds"], 1), fixed(total, 1), *cells]
+
+
 def flower_bench(name: str, document: Mapping[str, Any]) -> Section:
-    """fedfair's runtime and the Flower integration on one federation, interleaved: CPU per party, bytes, equality;
-    with several round counts, each system's start-up and cost per round, projected to the issue's 200 rounds."""
+    """fedfair's runtime and the Flower integration (deployment or simulation engine) on one federation,
+    interleaved: wall, CPU per party, bytes, the two final models' agreement; with several round counts, each
+    system's start-up and cost per round, projected to the issue's 200 rounds."""
     settings, equality = document["settings"], document["equality"]
-    header = ["run", "rounds", "wall (s)", "server CPU (s)", "site CPU, each (s)", "site to server per round (B)"]
-    header += ["back (B)"]
-    rows = [
-        [
-            run["system"],
-            str(run.get("rounds", settings["rounds"])),
-            fixed(run["wall_seconds"], 1),
-            fixed(run["server_cpu_seconds"], 1),
-            ", ".join(fixed(seconds, 1) for seconds in run["site_cpu_seconds_each"]),
-            count(run["bytes_per_round_up"]),
-            count(run["bytes_per_round_down"]),
-        ]
-        for run in document["runs"]
-    ]
-    rounds = settings.get("round_counts", [settings["rounds"]])
+    header = ["run", "rounds", "wall (s)", "CPU, all parties (s)", "server CPU (s)", "site CPU, each (s)"]
+    header += ["site to server per round (B)", "back (B)"]
+    rounds = settings["round_counts"]
+    c_relative = f" ({equality['c_average_relative']:.3g} relative)" if "c_average_relative" in equality else ""
     notes = [
         "",
         f"{settings['sites']} sites, {' and '.join(map(str, rounds))} rounds of {settings['local_steps']} local "
         f"step, b_k = round({settings['batch_fraction']} n_k), rho {settings['rho']}, epsilon {settings['epsilon']}, "
         f"seed {settings['seed']}; fedfair's sums {'masked' if settings['secure'] else 'plain'}; bytes per round "
-        f"include start-up and joining, spread over the rounds. Final model after {equality.get('rounds', rounds[0])} "
-        f"rounds: the suffix-averaged theta differs by {equality['theta_average_relative']:.3g} relative between "
-        f"the two systems, c by {equality['c_average_difference']:.3g}; every repeat of a system gave the same "
+        f"include start-up and joining, spread over the rounds. Final model after {equality['rounds']} rounds: the "
+        f"suffix-averaged theta differs by {equality['theta_average_relative']:.3g} relative between the two "
+        f"systems, c by {equality['c_average_difference']:.3g}{c_relative}; every repeat of a system gave the same "
         f"model: {fixed(equality['repeats_identical'])}.",
     ]
     if "per_round" in document:
         project = document["per_round"]["project"]
-        costs = document["per_round"]["systems"]
-        labels = {"wall_seconds": "wall", "server_cpu_seconds": "server CPU", "site_cpu_seconds_median": "site CPU"}
         fit_rows = [
-            [system, labels[cost], fixed(line["start_up"], 1), fixed(line["per_round"], 3)]
+            [system, FLOWER_COST_LABELS[cost], fixed(line["start_up"], 1), fixed(line["per_round"], 3)]
             + [count(line[f"at_{project}_rounds"])]
             if line["per_round"] is not None
-            else [system, labels[cost], "none measured: the shorter runs took longer", "", ""]
-            for system, fitted in costs.items()
+            else [system, FLOWER_COST_LABELS[cost], "none measured: the shorter runs took longer", "", ""]
+            for system, fitted in document["per_round"]["systems"].items()
             for cost, line in fitted.items()
         ]
         notes += [
             "",
-            f"Each cost as start-up plus a cost per round (least squares over the runs above), and at {project} "
+            f"Each cost as start-up plus a cost per round (least squares over the runs above), projected to {project} "
             "rounds, the issue's federation, which the deployment engine's rounds make too long to run on this "
-            "machine:",
+            "machine (projected, not measured):",
             "",
-            *table(["system", "cost", "start-up (s)", "per round (s)", f"at {project} rounds (s)"], fit_rows),
+            *table(
+                ["system", "cost", "start-up (s)", "per round (s)", f"at {project} rounds, projected (s)"], fit_rows
+            ),
         ]
+    body = table(header, [flower_run_row(run) for run in document["runs"]]) + notes
+    if settings.get("engine") == "simulation":
+        return Section(
+            f"fedfair's runtime beside Flower's simulation engine, {equality['rounds']} rounds",
+            "One federation (the Flower example's model and Adult by race) run by fedfair's aggregator and "
+            "collaborator processes over TLS and by Flower's simulation engine (a simulating SuperLink, its Ray "
+            "backend, `flwr run` of the example) with `fedfair.flower`, each system's repeats interleaved. fedfair's "
+            "CPU is each party's process tree; Flower's simulation runs every party in the SuperLink's one process "
+            "tree, whose CPU a subreaper collects (with what the kernel drops for Ray's workers, whose raylet "
+            "ignores SIGCHLD, sampled from /proc) and /proc sampling splits into Ray's ClientApp actor processes "
+            "(one actor a core, each running the ClientApps of whichever sites it is given) and the rest (the "
+            "SuperLink, the ServerApp's process, Ray's own daemons and idle workers). fedfair's bytes are counted by "
+            "a relay between the sites and the server; a simulation sends none over a network.",
+            body,
+        )
     return Section(
         "fedfair's runtime beside the Flower integration",
         "One federation (the Flower example's model and Adult by race) run by fedfair's aggregator and collaborator "
@@ -476,7 +506,7 @@ def flower_bench(name: str, document: Mapping[str, Any]) -> Section:
         "both over TLS, each system's repeats interleaved. CPU is each party's whole process tree (a subreaper "
         "collects it; Flower's server includes the ServerApp, each site the ClientApp process it starts per "
         "message); bytes are counted by a relay between the sites and the server, start-up and joining included.",
-        table(header, rows) + notes,
+        body,
     )
 
 

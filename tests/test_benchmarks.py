@@ -160,6 +160,43 @@ def test_federation_bench_reads_proc_memory_and_tells_the_parties_apart() -> Non
     assert bench.ProcessPeaks("collaborator", "gone").sample(child.pid) == 0.0
 
 
+BURN = """
+import os, signal, sys, time
+if sys.argv[1:] == ["worker"]:
+    while time.process_time() < 1.0:  # one CPU second, then idle long enough for the party to sample it
+        pass
+    time.sleep(1.5)
+else:  # started as Ray's raylet starts a ClientApp actor: titled so, by a parent that ignores SIGCHLD
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    os.posix_spawn(sys.executable, ["ray::ClientAppActor", __file__, "worker"], os.environ)
+    try:
+        os.wait()  # returns when every child is gone: the kernel reaped them, dropping their CPU
+    except ChildProcessError:
+        pass
+"""
+
+
+def test_flower_bench_party_counts_cpu_the_kernel_drops_and_tells_the_client_app_actors_apart(tmp_path: Path) -> None:
+    script = tmp_path / "burn.py"
+    script.write_text(BURN)
+    report = tmp_path / "party.cpu.json"
+    subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "flower_bench.py"), "party", str(report), "--"]
+        + [sys.executable, str(script)],
+        check=True,
+        timeout=120,
+    )
+    counted = json.loads(report.read_text())
+    assert counted["exit"] == 0
+    # The worker's second and its interpreter's start (tens of ms): the sample after its burn sees all of it, since
+    # it then idles for three sampling periods; /proc counts whole clock ticks (10 ms), rounding down.
+    assert 0.98 <= counted["client_app_actor_cpu_seconds"] < 1.3
+    # getrusage never sees the worker (its parent ignored SIGCHLD): the sampled second is added back, once.
+    assert counted["dropped_by_kernel_cpu_seconds"] == counted["client_app_actor_cpu_seconds"]
+    # The rest is the parent interpreter's start: under a second.
+    assert 0 < counted["cpu_seconds"] - counted["client_app_actor_cpu_seconds"] < 1.0
+
+
 @pytest.mark.slow
 @pytest.mark.study
 def test_federation_bench_runs_a_small_launched_federation_to_its_end(tmp_path: Path) -> None:

@@ -386,3 +386,26 @@ def test_the_server_step_section_shows_each_rows_accuracy_beside_the_constants(t
     for row in document["rows"]:
         figures = [row[f"validation_{figure}"] for figure in ("worst_risk", "mean_risk", "accuracy")]
         assert " | ".join(f"{figure:.3f}" for figure in figures) in page, row["server_step"]
+
+
+def test_the_flower_simulation_section_shows_measured_rounds_of_both_systems_and_no_bytes(tmp_path: Path) -> None:
+    """Issue 95: the 200-round federation measured through Flower's simulation engine beside fedfair's runtime,
+    interleaved; a simulation's one process tree split into its ClientApp actors and the rest, which add up."""
+    document = json.loads((RESULTS / "flower_bench_simulation.json").read_text())
+    (tmp_path / "flower_bench_simulation.json").write_text(json.dumps(document))
+    page = report_module().render(tmp_path, tmp_path / "docs" / "benchmarks.md")
+    assert "## fedfair's runtime beside Flower's simulation engine, 200 rounds" in page
+    assert [run["system"] for run in document["runs"]][:2] == ["fedfair", "Flower, simulation engine"]
+    for run in document["runs"]:
+        assert run["rounds"] == 200
+        if run["system"] == "fedfair":
+            assert run["bytes_per_round_up"] > 0
+            continue
+        # The split is of the tree's total, so it adds up to it: two roundings to 0.1 s, at most 0.05 s each.
+        split = run["client_app_actor_cpu_seconds"] + run["rest_cpu_seconds"]
+        assert abs(split - run["cpu_seconds_total"]) <= 0.1 + 1e-9
+        shown = f"| {run['system']} | 200 | {run['wall_seconds']:.1f} | {run['cpu_seconds_total']:.1f} |"
+        assert f"{shown} {run['rest_cpu_seconds']:.1f} (the rest) |" in page
+        assert "| none: no network |" in page
+    assert "projected" not in page  # every figure in this section was measured
+    assert f"theta differs by {document['equality']['theta_average_relative']:.3g} relative" in page
