@@ -3,8 +3,8 @@
 Why this prime: an element's bits are what a site uploads for each coordinate of its x share (uniform in F_p
 whatever its coding), so p is the smallest that still holds what the norm check must hold without wrapping
 (docs/security.md, "Bounded inputs (two verifiers)"): the range tests need about 800 B^2 < p, and 2^52 keeps
-init's plan (update_norm 1 at 20 fractional bits, B = 2^20) and a bound twice as long within 2^-64 soundness
-(:mod:`.layout`). 2^61 - 1 took 61 bits a coordinate for the same checks. A pseudo-Mersenne prime 2^52 - c
+init's plan (update_norm 1 at 20 fractional bits, B = 2^20) and bounds up to about 3 times it within 2^-64
+soundness (:mod:`.layout`). 2^61 - 1 took 61 bits a coordinate for the same checks. A pseudo-Mersenne prime 2^52 - c
 reduces with shifts, adds and small products: 2^52 = c (mod p). Elements are uint64 in [0, p); a product is
 formed from 26-bit halves (numba has no 128-bit integer) and folded twice. Pseudorandom elements come from the
 project's AES-256-CTR PRG (:mod:`fedfair.secagg.prg`), one key per purpose derived from a seed by SHA-256.
@@ -40,7 +40,6 @@ _HALF_MASK = np.uint64((1 << _HALF_BITS) - 1)
 _BITS = np.uint64(ELEMENT_BITS)
 _HALF = np.uint64(_HALF_BITS)
 _S3 = np.uint64(3)
-_S64 = np.uint64(64)
 _BYTE = np.uint64(0xFF)
 _ZERO = np.uint64(0)
 _EXTEND_BLOCK = 256
@@ -151,17 +150,18 @@ def _multiply(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
 
 @numba.njit(cache=True)
 def _pack(elements: np.ndarray, out: np.ndarray) -> None:
-    """Element i's 52 bits at bits 52 i to 52 i + 51 of ``out`` (little-endian); ``out`` zeroed, 8 bytes spare."""
+    """Element i's 52 bits at bits 52 i to 52 i + 51 of ``out`` (little-endian); ``out`` zeroed, 8 bytes spare.
+
+    An element starts at bit 0 to 7 of its first byte, so its 52 bits end within that byte's 8-byte word (59 < 64).
+    """
     for index in range(elements.size):
         value = elements[index]
         position = np.uint64(index) * _BITS
         start = position >> _S3
         shift = position & np.uint64(7)
-        low = value << shift  # the element's bits that land in bytes start .. start + 7
+        low = value << shift  # below 2^59: every bit lands in bytes start .. start + 7
         for offset in range(8):
             out[start + np.uint64(offset)] |= np.uint8((low >> np.uint64(8 * offset)) & _BYTE)
-        if shift > _S64 - _BITS:  # bits + shift > 64: the top bits spill into byte start + 8 (never at 52 bits)
-            out[start + np.uint64(8)] |= np.uint8(value >> (_S64 - shift))
 
 
 @numba.njit(cache=True)
@@ -174,10 +174,7 @@ def _unpack(data: np.ndarray, out: np.ndarray) -> None:
         word = _ZERO
         for offset in range(8):
             word |= np.uint64(data[start + np.uint64(offset)]) << np.uint64(8 * offset)
-        value = word >> shift
-        if shift > _S64 - _BITS:
-            value |= np.uint64(data[start + np.uint64(8)]) << (_S64 - shift)
-        out[index] = value & _MASK
+        out[index] = (word >> shift) & _MASK
 
 
 def compile_kernels() -> None:
