@@ -2,7 +2,7 @@
 
 The two-verifier construction (``fedfair.secagg.bounded``, docs/security.md "Bounded inputs (two
 verifiers)"): a client encodes nothing new (its update is already integers), shares its input and a
-witness over F_(2^61 - 1) and proves ||x||^2 <= B^2; the aggregator and the auditor each compute a
+witness over F_(2^52 - 47) and proves ||x||^2 <= B^2; the aggregator and the auditor each compute a
 verifier message from their shares, exchange them and decide. For n in {3, 10} and d in {10^4, 10^5,
 10^6}, each cell measures, in CPU seconds (``time.process_time``, the least of three runs: the machine
 is shared) and bytes:
@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
         "what": "a party's CPU and bytes to prove its input within its L2 bound to two verifiers (aggregator and "
         "auditor), each verifier's CPU, beside the party's CPU and bytes in a secure round of the runtime",
         "clock": "time.process_time (CPU seconds of this process, all its threads)",
-        "field": "F_p, p = 2^61 - 1",
+        "field": "F_p, p = 2^52 - 47",
         "bound_encoded": BOUND,
         "goal_seconds": GOAL_SECONDS,
         "goal_bytes_ratio": GOAL_BYTES_RATIO,

@@ -205,7 +205,7 @@ def input_bound_cost(name: str, document: Mapping[str, Any]) -> Section:
             "",
             *stage_table,
             "",
-            "Its SHARE upload by part (both parts, to the aggregator and sealed to the auditor; elements at 61 bits), "
+            "Its SHARE upload by part (both parts, to the aggregator and sealed to the auditor; elements at 52 bits), "
             "and the verdict record it downloads by part; each part's share of the whole in brackets.",
             "",
             *upload_table,

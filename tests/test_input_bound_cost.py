@@ -67,12 +67,12 @@ def test_a_sites_bytes_by_part_add_up_to_what_it_sent_and_was_sent(benchmarks: t
     upload, record = measured["site_upload_parts"], measured["site_record_parts"]
     assert sum(upload.values()) == measured["site_upload_bytes"]
     assert sum(record.values()) == measured["site_record_bytes"]
-    # x at 61 bits a coordinate; the proof's share is its 2N - 1 polynomial values and the 32-byte seed of its wire
+    # x at 52 bits a coordinate; the proof's share is its 2N - 1 polynomial values and the 32-byte seed of its wire
     # seeds, not the 4c wire seeds themselves; the rest is the length prefixes of the messages' fields.
-    assert upload["x_share"] == (61 * dimension + 7) // 8
-    assert upload["proof_share"] == (61 * (2 * DEFAULT_POINTS - 1) + 7) // 8 + 32
+    assert upload["x_share"] == (52 * dimension + 7) // 8
+    assert upload["proof_share"] == (52 * (2 * DEFAULT_POINTS - 1) + 7) // 8 + 32
     assert 0 < upload["framing"] <= 128 and 0 < record["framing"] <= 100 + 48 * parties  # 8-byte prefixes, ids
-    assert record["total"] == (61 * dimension + 7) // 8
+    assert record["total"] == (52 * dimension + 7) // 8
     assert record["verifier_messages"] == 2 * parties * report["verifier_message_bytes"]
     stages = measured["site_stage_bytes"]
     assert stages["SHARE"][0] == measured["site_upload_bytes"] and stages["DECIDE"][1] == measured["site_record_bytes"]

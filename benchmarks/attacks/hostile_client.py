@@ -124,7 +124,7 @@ def bind(federation_id: str, round_number: int, at: Stage) -> pb.Binding:
     return pb.Binding(federation_id=federation_id, round=round_number, stage=aggregation, step=step)  # type: ignore[arg-type]
 
 
-WIRE_VERSION = 4
+WIRE_VERSION = 5
 """The wire version this client speaks, read off the schema's release (an outsider holds no fedfair constant)."""
 
 

@@ -55,9 +55,9 @@ def test_training_dp_without_the_mode_still_loads(federation: Path) -> None:  # 
 
 
 def test_a_bound_the_field_cannot_hold_is_refused_naming_fractional_bits(federation: Path) -> None:  # noqa: F811
-    # update_norm 1 at 27 fractional bits (the masked sum's words hold them): B^2 = 2^54, beyond the 2^50 or so
+    # update_norm 1 at 27 fractional bits (the masked sum's words hold them): B^2 = 2^54, beyond the 2^43
     # the range tests leave room for.
-    with pytest.raises(ConfigError, match=r"field at .* fractional_bits = 27 .*; lower fractional_bits to at most 25"):
+    with pytest.raises(ConfigError, match=r"field at .* fractional_bits = 27 .*; lower fractional_bits to at most 21"):
         aggregator_plan_with(
             federation, secure_aggregation={**ON, "fractional_bits": 27}, influence={"update_norm": 1.0}
         )
@@ -75,5 +75,5 @@ def test_the_largest_bound_that_fits_passes_and_one_bit_more_does_not() -> None:
         return True
 
     passing = [f for f in range(16, 31) if fits(f)]
-    # The template's 20 bits fit; the field's range tests stop near B^2 = 2^50, so no f beyond 25 does.
-    assert passing == list(range(16, passing[-1] + 1)) and 20 <= passing[-1] <= 25
+    # The template's 20 bits fit; the field's range tests stop near B^2 = 2^43 (p = 2^52 - 47), so no f beyond 21 does.
+    assert passing == list(range(16, 22))

@@ -223,7 +223,7 @@ def bounded_bits(plan: Mapping[str, Any], names: list[str]) -> int:
     """The plan's fractional bits, lowered until the largest site's bound fits the bounded round's field.
 
     A site's bound is update_norm x its weight in the encoded scale: at the default 20 bits a site of a few hundred
-    rows a batch is past what the proof's field holds (its squared bound about 2^50).
+    rows a batch is past what the proof's field holds (its squared bound below 2^43).
 
     Raises:
         ConfigError: no number of bits holds it (naming the fix).

@@ -35,7 +35,7 @@ def bounded_fractional_bits(settings: LearningSettings, collaborators: int, dime
     """The fixed point a bounded round's updates are encoded and proven at.
 
     The plan's fractional_bits, or under distributed DP the noise's (one record moves the sum by 2^11 to 2^12
-    units, what the noise was calibrated for). They do not depend on `dimension`: the bounded sum is in a 61-bit
+    units, what the noise was calibrated for). They do not depend on `dimension`: the bounded sum is in a 52-bit
     field, not the plan's words, so no wrap lowers them.
     """
     if not settings.privacy.distributed:

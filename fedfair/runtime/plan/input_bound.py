@@ -207,7 +207,7 @@ def check_bounded_round(
     raise ConfigError(
         f"{where}: a site's bound, [influence] update_norm {update_norm:g} x its weight {largest:g}, does not fit the "
         f"bounded round's field at {bits} fractional_bits = {fractional_bits} (its squared bound must "
-        f"stay below about 2^50 in the encoded scale); {fix}"
+        f"stay below about 2^43 in the encoded scale); {fix}"
     )
 
 

@@ -217,7 +217,7 @@ class LearningSettings:
         The calibrated noise of training updates of `dimension` values and each party's share of it, carried by
         the honest parties of the smallest survivor set the plan allows
         (fedfair.runtime.plan.privacy.training_noise). Under the input bound the auditor adds it all
-        (:mod:`fedfair.runtime.plan.bounded_noise`), in a 61-bit field rather than the plan's words.
+        (:mod:`fedfair.runtime.plan.bounded_noise`), in a 52-bit field rather than the plan's words.
         """
         secure, training = self.secure_aggregation, self.training
         floor = self.survivor_floor(collaborators)

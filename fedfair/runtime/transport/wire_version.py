@@ -14,7 +14,7 @@ import re
 from fedfair.runtime.transport import fedfair_pb2 as pb
 from fedfair.runtime.transport.stage_gate import JOIN, make_binding
 
-WIRE_VERSION = 4
+WIRE_VERSION = 5
 """The version of proto/fedfair.proto this release speaks.
 
 Raise it on every incompatible change of the schema: a stage, action or status added, removed or renumbered,
@@ -25,7 +25,8 @@ TRAIN, EVALUATE = 3) and its step in the round kind's declaration (Binding.step)
 Version 4: the stages' payloads changed, not the schema: a VERIFY tag carries the count of the values it
 reports and a re-checked claim its carries; the input bound's field elements travel at 61 bits and its proof
 interpolates at 256 points. An older peer would fail mid-round on bytes it reads otherwise; it is refused at
-GetPlan instead.
+GetPlan instead. Version 5: the input bound's field is F_(2^52 - 47), its elements travel at 52 bits (the
+schema is unchanged); a version-4 peer would read its shares, messages and record as malformed.
 """
 
 UNVERSIONED = 0

@@ -1,6 +1,6 @@
 """Bounded inputs: each party proves, to two non-colluding verifiers, that its input's L2 norm is within its bound.
 
-A fully linear proof over F_(2^61 - 1) (Boneh, Boyle, Corrigan-Gibbs, Gilboa, Ishai 2019; the PINE
+A fully linear proof over F_(2^52 - 47) (Boneh, Boyle, Corrigan-Gibbs, Gilboa, Ishai 2019; the PINE
 construction's shape): :mod:`.field` the arithmetic, :mod:`.layout` the circuit's sizes and soundness,
 :mod:`.flp` the proof and its linear queries, :mod:`.shares` the client's report, :mod:`.verifier` one
 report's verification. The round: :mod:`.context` what it is bound to, :mod:`.upload` a site's SHARE,

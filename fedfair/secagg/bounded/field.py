@@ -1,11 +1,13 @@
-"""The prime field F_p, p = 2^61 - 1, on uint64 arrays: exact arithmetic, compiled inner loops.
+"""The prime field F_p, p = 2^52 - 47, on uint64 arrays: exact arithmetic, compiled inner loops.
 
-Why this prime: a Mersenne prime reduces with shifts and adds, and 61 bits leave room for what the
-norm check must hold without wrapping (docs/security.md, "Bounded inputs (two verifiers)"): an
-input's squared norm in the encoded scale, and the range tests' values. Elements are uint64 in
-[0, p); a product is formed from 32-bit halves (numba has no 128-bit integer) and folded with
-2^61 = 1 and 2^64 = 8 (mod p). Pseudorandom elements come from the project's AES-256-CTR PRG
-(:mod:`fedfair.secagg.prg`), one key per purpose derived from a seed by SHA-256.
+Why this prime: an element's bits are what a site uploads for each coordinate of its x share (uniform in F_p
+whatever its coding), so p is the smallest that still holds what the norm check must hold without wrapping
+(docs/security.md, "Bounded inputs (two verifiers)"): the range tests need about 800 B^2 < p, and 2^52 keeps
+init's plan (update_norm 1 at 20 fractional bits, B = 2^20) and bounds up to about 3 times it within 2^-64
+soundness (:mod:`.layout`). 2^61 - 1 took 61 bits a coordinate for the same checks. A pseudo-Mersenne prime 2^52 - c
+reduces with shifts, adds and small products: 2^52 = c (mod p). Elements are uint64 in [0, p); a product is
+formed from 26-bit halves (numba has no 128-bit integer) and folded twice. Pseudorandom elements come from the
+project's AES-256-CTR PRG (:mod:`fedfair.secagg.prg`), one key per purpose derived from a seed by SHA-256.
 """
 
 from __future__ import annotations
@@ -18,23 +20,26 @@ import numpy as np
 from fedfair.core.errors import ProtocolError
 from fedfair.secagg import prg
 
-P = (1 << 61) - 1
-"""The field's modulus, a Mersenne prime."""
+ELEMENT_BITS = 52
+"""Bits of one element on the wire: elements are below 2^52, so :func:`to_wire` drops each uint64's top twelve."""
+
+FOLD = 47
+"""c in p = 2^52 - c: the least c that makes it prime, so 2^52 = c (mod p) folds a product's high part."""
+
+P = (1 << ELEMENT_BITS) - FOLD
+"""The field's modulus, the largest prime below 2^52."""
 
 ELEMENT_BYTES = 8
-"""Bytes of one element in memory and in a hash (a little-endian uint64); on the wire, :func:`to_wire` packs 61 bits."""
+"""Bytes of one element in memory and in a hash (a little-endian uint64); on the wire, :func:`to_wire` packs 52 bits."""
 
-ELEMENT_BITS = 61
-"""Bits of one element on the wire: elements are below 2^61, so :func:`to_wire` drops each uint64's top three."""
-
+_HALF_BITS = ELEMENT_BITS // 2
 _P = np.uint64(P)
-_LOW32 = np.uint64(0xFFFFFFFF)
-_LOW29 = np.uint64((1 << 29) - 1)
+_C = np.uint64(FOLD)
+_MASK = np.uint64((1 << ELEMENT_BITS) - 1)
+_HALF_MASK = np.uint64((1 << _HALF_BITS) - 1)
+_BITS = np.uint64(ELEMENT_BITS)
+_HALF = np.uint64(_HALF_BITS)
 _S3 = np.uint64(3)
-_S29 = np.uint64(29)
-_S32 = np.uint64(32)
-_S61 = np.uint64(61)
-_S64 = np.uint64(64)
 _BYTE = np.uint64(0xFF)
 _ZERO = np.uint64(0)
 _EXTEND_BLOCK = 256
@@ -43,16 +48,17 @@ _EXTEND_BLOCK = 256
 
 @numba.njit(cache=True, inline="always")
 def _mul(a: np.uint64, b: np.uint64) -> np.uint64:
-    """The product a b mod p for a, b < p: 32-bit halves, each partial product below 2^64, then two folds."""
-    a_low, a_high = a & _LOW32, a >> _S32
-    b_low, b_high = b & _LOW32, b >> _S32
-    high = a_high * b_high  # < 2^58, weight 2^64 = 8
-    middle = a_high * b_low + a_low * b_high  # < 2^62, weight 2^32
-    low = a_low * b_low  # < 2^64
-    total = (
-        (high << _S3) + (middle >> _S29) + ((middle & _LOW29) << _S32) + (low >> _S61) + (low & _P)
-    )  # < 3 2^61 + 2^34: no overflow
-    total = (total >> _S61) + (total & _P)
+    """The product a b mod p for a, b < p < 2^52: 26-bit halves, then two folds by 2^52 = c.
+
+    a b = hh 2^52 + m 2^26 + ll, with hh, ll < 2^52 and m < 2^53; m = m_high 2^26 + m_low, m_high < 2^27. So
+    a b = c hh + c m_high + m_low 2^26 + ll (mod p), below 47 2^52 + 2^33 + 2 2^52 < 2^58: no overflow. Its
+    fold (t >> 52) c + (t & (2^52 - 1)) is below 2^52 + 2^6 47 < 2 p, so one subtraction leaves it in [0, p).
+    """
+    a_low, a_high = a & _HALF_MASK, a >> _HALF
+    b_low, b_high = b & _HALF_MASK, b >> _HALF
+    middle = a_high * b_low + a_low * b_high
+    total = _C * (a_high * b_high) + _C * (middle >> _HALF) + ((middle & _HALF_MASK) << _HALF) + a_low * b_low
+    total = _C * (total >> _BITS) + (total & _MASK)
     return total - _P if total >= _P else total
 
 
@@ -144,33 +150,31 @@ def _multiply(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
 
 @numba.njit(cache=True)
 def _pack(elements: np.ndarray, out: np.ndarray) -> None:
-    """Element i's 61 bits at bits 61 i to 61 i + 60 of ``out`` (little-endian); ``out`` zeroed, 8 bytes spare."""
+    """Element i's 52 bits at bits 52 i to 52 i + 51 of ``out`` (little-endian); ``out`` zeroed, 8 bytes spare.
+
+    An element starts at bit 0 to 7 of its first byte, so its 52 bits end within that byte's 8-byte word (59 < 64).
+    """
     for index in range(elements.size):
         value = elements[index]
-        position = np.uint64(index) * _S61
+        position = np.uint64(index) * _BITS
         start = position >> _S3
         shift = position & np.uint64(7)
-        low = value << shift  # the element's bits that land in bytes start .. start + 7
+        low = value << shift  # below 2^59: every bit lands in bytes start .. start + 7
         for offset in range(8):
             out[start + np.uint64(offset)] |= np.uint8((low >> np.uint64(8 * offset)) & _BYTE)
-        if shift > np.uint64(3):  # 61 + shift > 64: the top bits spill into byte start + 8
-            out[start + np.uint64(8)] |= np.uint8(value >> (_S64 - shift))
 
 
 @numba.njit(cache=True)
 def _unpack(data: np.ndarray, out: np.ndarray) -> None:
     """The inverse of :func:`_pack`: ``data`` holds 8 spare zero bytes past the packed ones."""
     for index in range(out.size):
-        position = np.uint64(index) * _S61
+        position = np.uint64(index) * _BITS
         start = position >> _S3
         shift = position & np.uint64(7)
         word = _ZERO
         for offset in range(8):
             word |= np.uint64(data[start + np.uint64(offset)]) << np.uint64(8 * offset)
-        value = word >> shift
-        if shift > np.uint64(3):
-            value |= np.uint64(data[start + np.uint64(8)]) << (_S64 - shift)
-        out[index] = value & _P
+        out[index] = (word >> shift) & _MASK
 
 
 def compile_kernels() -> None:
@@ -238,10 +242,10 @@ def wire_bytes(count: int) -> int:
 
 
 def to_wire(elements: np.ndarray) -> bytes:
-    """Elements (each below p) packed at 61 bits each, little-endian: 61 bytes for 8 elements, not 64.
+    """Elements (each below p) packed at 52 bits each, little-endian: 13 bytes for 2 elements, not 16.
 
     An element is uniform in [0, p) wherever it is a share, so no coding can take fewer bits than log2(p); the top
-    three bits of a uint64 are the only slack.
+    twelve bits of a uint64 are the only slack.
     """
     out = np.zeros(wire_bytes(elements.size) + 8, dtype=np.uint8)
     _pack(np.ascontiguousarray(elements, dtype=np.uint64), out)
@@ -251,12 +255,13 @@ def to_wire(elements: np.ndarray) -> bytes:
 def from_wire(data: bytes | memoryview, what: str) -> np.ndarray:
     """Parse :func:`to_wire`'s packing of ``what`` (named in the error) into its elements.
 
-    The count is the one whose packing takes ``len(data)`` bytes (8 len / 61 rounded down: two counts never share a
-    length, since a count's packing grows by at least 7 bytes); the spare bits of the last byte must be zero, so each
+    The count is the one whose packing takes ``len(data)`` bytes (8 len / 52 rounded down: two counts never share a
+    length, since a count's packing grows by at least 6 bytes); the spare bits of the last byte must be zero, so each
     list of elements has one encoding, which a signature over the bytes then binds.
 
     Raises:
-        ProtocolError: ``data`` is not a canonical packing of elements below p (a peer's bug or tampering).
+        ProtocolError: ``data`` is not a canonical packing of elements below p (a peer's bug or tampering): each
+            52-bit value must be below p, not merely below 2^52.
     """
     count = len(data) * 8 // ELEMENT_BITS
     if wire_bytes(count) != len(data):
@@ -270,8 +275,8 @@ def from_wire(data: bytes | memoryview, what: str) -> np.ndarray:
     spare = 8 * len(data) - ELEMENT_BITS * count
     if spare and padded[len(data) - 1] >> (8 - spare):
         raise ProtocolError(f"malformed {what}: the spare bits after its last element are not zero")
-    if np.any(out == _P):
-        raise ProtocolError(f"{what} holds a value that is not a field element")
+    if np.any(out >= _P):
+        raise ProtocolError(f"{what} holds a value that is not a field element (at least p = 2^52 - {FOLD})")
     return out
 
 
@@ -288,8 +293,15 @@ def subtract(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def from_signed(values: np.ndarray | list[int]) -> np.ndarray:
-    """Signed integers of magnitude below p / 2 as elements (negative v as p + v)."""
+    """Signed integers of magnitude below p / 2 as elements (negative v as p + v).
+
+    Raises:
+        ValueError: a value's magnitude is p / 2 or more: it has no element of its own (the caller's bug; an
+            update within its bound is far below).
+    """
     signed = np.asarray(values, dtype=np.int64)
+    if signed.size and int(np.max(np.abs(signed))) > P // 2:
+        raise ValueError(f"a value of magnitude {int(np.max(np.abs(signed)))} does not fit the field's (-p/2, p/2)")
     return np.where(signed < 0, signed + np.int64(P), signed).astype(np.uint64)
 
 
@@ -317,16 +329,16 @@ def derive_key(seed: bytes, purpose: bytes) -> bytes:
 
 
 def random_elements(seed: bytes, purpose: bytes, count: int) -> np.ndarray:
-    """``count`` uniform elements expanded from ``seed``: 61-bit words, the one value p rejected.
+    """``count`` uniform elements expanded from ``seed``: 52-bit words, the c values from p to 2^52 - 1 rejected.
 
-    A word equals p with probability 2^-61; 64 spare words make running out impossible in practice
-    (2^-3900), and both parties expand the same seed to the same elements.
+    A word is rejected with probability c / 2^52 < 2^-46; 64 spare words make running out impossible in practice
+    (below 2^-2900), and both parties expand the same seed to the same elements.
     """
     spare = 64
-    candidates = prg.words(derive_key(seed, purpose), count + spare, np.uint64) & _P
-    kept = candidates[candidates != _P][:count]
+    candidates = prg.words(derive_key(seed, purpose), count + spare, np.uint64) & _MASK
+    kept = candidates[candidates < _P][:count]
     if kept.size < count:
-        raise RuntimeError("the PRG produced the rejected value more than 64 times; this cannot happen by chance")
+        raise RuntimeError("the PRG produced a rejected value more than 64 times; this cannot happen by chance")
     return np.ascontiguousarray(kept)
 
 

@@ -96,7 +96,7 @@ def lagrange_at(count: int, point: int) -> np.ndarray:
         factorials[node] = factorials[node - 1] * node % P
     denominators = [factorials[node] * factorials[count - 1 - node] * (point - node) % P for node in range(count)]
     # One inversion for all of them (Montgomery's trick): at N = 256 a verifier's query needs 767 inverses per point,
-    # each a 61-bit exponentiation, which cost it more than its linear algebra below d = 10^5.
+    # each a 52-bit exponentiation, which cost it more than its linear algebra below d = 10^5.
     prefix = [1] * (count + 1)
     for node, denominator in enumerate(denominators):
         prefix[node + 1] = prefix[node] * denominator % P

@@ -17,7 +17,7 @@ from functools import cached_property
 from fractions import Fraction
 
 from fedfair.core.errors import ConfigError
-from fedfair.secagg.bounded.field import P
+from fedfair.secagg.bounded.field import FOLD, P
 
 TAU = 10
 """T >= TAU B: an honest test fails with probability 2 exp(-50) < 2^-71, and the prover then redraws."""
@@ -26,7 +26,7 @@ TEST_SECURITY_BITS = 64
 """The range tests' soundness per attempt: a report with ||x||^2 >= L passes all k tests w.p. <= 2^-64."""
 
 QUERIES = 2
-"""Random points at which the gadget polynomial is checked: each fails w.p. <= 2 (N - 1) / (p - 2N) < 2^-52."""
+"""Random points at which the gadget polynomial is checked: each fails w.p. <= 2 (N - 1) / (p - 2N) < 2^-43."""
 
 DEFAULT_POINTS = 256
 """N: interpolation points of the wire polynomials (QUERIES wire seeds, then N - QUERIES gadget calls).
@@ -35,7 +35,7 @@ The prover's cost is about 2 N multiplications per wire value (extending N value
 verifier's message about 4 d / (N - 2) elements, the proof 2N - 1 polynomial values. 256 keeps a message near
 1.6% of the input (64 kept it near 6.3%: the record, two messages per site, was then 42-65% of a site's
 download at d = 10^5) for 384 more proof elements up (3 KB) and a prover about twice as slow, still near 0.05 s
-at d = 10^5. The gadget identity's error grows with N: (2 (N - 1) / (p - 2N))^QUERIES < 2^-104, far below the
+at d = 10^5. The gadget identity's error grows with N: (2 (N - 1) / (p - 2N))^QUERIES < 2^-86, far below the
 range tests' 2^-64 (:attr:`Layout.soundness_error`)."""
 
 
@@ -70,7 +70,7 @@ class Layout:
         if self.pass_probability >= 1:
             raise ConfigError(
                 f"a squared bound of 2^{math.log2(self.bound_sq):.1f} leaves the range tests no room below "
-                f"p = 2^61 - 1 (it must stay below about 2^50); lower fractional_bits"
+                f"p = 2^52 - {FOLD} (it must stay below about 2^43); lower fractional_bits"
             )
 
     @property

@@ -66,7 +66,7 @@ class LeaderShare:
         return np.concatenate([leader_wire_seeds(layout, self.wire_seed), self.values])
 
     def wire_bytes(self) -> int:
-        """Bytes of the share's payload on the wire (elements at 61 bits, the wire seed, blind and parts)."""
+        """Bytes of the share's payload on the wire (elements at 52 bits, the wire seed, blind and parts)."""
         return field.wire_bytes(self.inputs.size) + field.wire_bytes(self.values.size) + 4 * SEED_BYTES
 
 

@@ -78,8 +78,8 @@ class BoundedStage(enum.IntEnum):
 
 
 WITNESS_ROOM = 1 << 14
-"""Field elements a site's part or a verifier's messages hold beside d: the witness bits (B^2 < 2^50 keeps
-them near 64 tests of at most 30 bits) and the proof's seeds and polynomial points (layout.DEFAULT_POINTS)."""
+"""Field elements a site's part or a verifier's messages hold beside d: the witness bits (B^2 below about 2^43 keeps
+them within 512 tests of at most 26 bits) and the proof's seeds and polynomial points (layout.DEFAULT_POINTS)."""
 
 
 def part_bytes(dimension: int) -> int:

@@ -8,7 +8,7 @@ committed to T): t_ik = <r_k, a_i> mod p, t_Ak = <r_k, A> mod p, each signed wit
 aggregator relays every accepted site's signed tags and the auditor's, and reveals its noise key to the sites (never to
 the auditor); a site accepts T only if each tag verifies, the key is the committed one, and
 sum_i t_ik + t_Ak + <r_k, N> = <r_k, T> mod p for both rows. A false T passes with probability 1/p per row
-(p = 2^61 - 1), so p^-2 for both, and the aggregator cannot forge a site's or the auditor's tag. Either verifier's
+(p = 2^52 - 47), so p^-2 < 2^-103 for both, and the aggregator cannot forge a site's or the auditor's tag. Either verifier's
 noise alone is the charge. docs/security.md, "Bounded inputs (two verifiers)".
 """
 

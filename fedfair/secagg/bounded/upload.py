@@ -50,7 +50,7 @@ class LeaderUpload:
     signature: bytes
 
     def to_bytes(self) -> bytes:
-        """Canonical bytes: party, the share's elements (61 bits each), seeds and parts, the digest, the signature."""
+        """Canonical bytes: party, the share's elements (52 bits each), seeds and parts, the digest, the signature."""
         writer = Writer().u32(self.party)
         writer.blob(field.to_wire(self.share.inputs)).blob(field.to_wire(self.share.values))
         share = self.share

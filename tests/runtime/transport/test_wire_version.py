@@ -17,9 +17,9 @@ from fedfair.runtime.transport import (
     refusing_version,
 )
 
-PINNED = (4, "4ee531dcb2998ccc3059c29bdc545000bd814c12f1b85980d04dd8be3fc9bce9")
+PINNED = (5, "4ee531dcb2998ccc3059c29bdc545000bd814c12f1b85980d04dd8be3fc9bce9")
 """WIRE_VERSION and the digest of the stage binding it was raised for (version 3: (aggregation, step);
-version 4 changed payloads, not the binding)."""
+versions 4 and 5 changed payloads, not the binding)."""
 
 
 def stage_digest() -> str:

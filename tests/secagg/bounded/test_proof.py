@@ -99,7 +99,7 @@ def test_a_slack_claimed_with_a_bit_that_is_not_a_bit_is_rejected() -> None:
 def test_a_vector_whose_square_wraps_to_a_small_residue_fails_its_range_tests() -> None:
     layout = Layout(200, squared_bound(1.0, 1.0, 10))
     residue = next(t for t in range(2, 1000) if pow(t, (field.P - 1) // 2, field.P) == 1)
-    root = pow(residue, (field.P + 1) // 4, field.P)  # p = 3 mod 4
+    root = square_root(residue)
     assert root * root % field.P == residue and min(root, field.P - root) > 2 * layout.test_offset
     inputs = np.zeros(200, dtype=np.uint64)
     inputs[7] = root  # ||x||^2 = residue <= B^2 in the field: only the tests can see it is not small
@@ -206,3 +206,21 @@ def test_the_wire_values_at_the_query_points_are_masked_jointly() -> None:
         wires = field.add(leader.share.wire_values, helper.share.wire_values)
         eliminated.append((int(second) * int(wires[0, wire]) - int(first) * int(wires[1, wire])) % field.P)
     assert eliminated[0] != eliminated[1]
+
+
+def square_root(residue: int) -> int:
+    """A square root of a quadratic residue mod p (Tonelli-Shanks: p = 2^52 - 47 is 1 mod 4, so no one power gives it)."""
+    odd, twos = field.P - 1, 0
+    while odd % 2 == 0:
+        odd, twos = odd // 2, twos + 1
+    non_residue = next(z for z in range(2, 1000) if pow(z, (field.P - 1) // 2, field.P) == field.P - 1)
+    order, factor = twos, pow(non_residue, odd, field.P)
+    power, root = pow(residue, odd, field.P), pow(residue, (odd + 1) // 2, field.P)
+    while power != 1:
+        least, square = 0, power
+        while square != 1:
+            least, square = least + 1, square * square % field.P
+        step = pow(factor, 1 << (order - least - 1), field.P)
+        order, factor = least, step * step % field.P
+        power, root = power * factor % field.P, root * step % field.P
+    return root

@@ -208,9 +208,9 @@ def test_a_tag_set_naming_a_site_twice_is_malformed() -> None:
     refused_for(trace, VerifyReason.MALFORMED, "names party 0 twice")
 
 
-def test_the_record_carries_the_total_once_for_61_bits_a_coordinate() -> None:
+def test_the_record_carries_the_total_once_for_52_bits_a_coordinate() -> None:
     trace, _ = bounded_round()
     record = trace.record
     assert record.total.shape == (DIMENSION,)
     without = dataclasses.replace(record, total=np.zeros(0, np.uint64))
-    assert len(record.to_bytes(trace.context)) - len(without.to_bytes(trace.context)) == -(-61 * DIMENSION // 8)
+    assert len(record.to_bytes(trace.context)) - len(without.to_bytes(trace.context)) == -(-52 * DIMENSION // 8)
