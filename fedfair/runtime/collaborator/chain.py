@@ -259,6 +259,11 @@ class ModelChain:
         """
         anchor, round_number = self._anchor, logged.round
         assert anchor is not None  # _checks found it
+        if self._record is not None:
+            # The state before this one, which the record held until its next write, goes now, so that the
+            # step's writes of as many values take the pages it frees while they are fresh: at d = 10^7 (4 tensors
+            # in a file) they cost a site 0.28 CPU-s a round into pages freed earlier, 0.10 into these.
+            self._record.let_go(anchor)
         state, shared = anchor.state, self._shared
         breach = sum_breach(
             decoded, clip, logged.weight, shared.influence.update_norm, state.dimension, sorted(logged.survivors)

@@ -156,6 +156,15 @@ class AnchorRecord:
         self._kept = [(state, place) for state, place in zip((anchor.state, anchor.next), places) if state and place]
         return anchor
 
+    def let_go(self, anchor: Anchor) -> None:
+        """Hold no state but `anchor`'s (the chain's): the anchor on disk still names the others' files.
+
+        A state the chain has let go of is never kept again (it makes its anchors of its anchor's states and the
+        steps of them), so only `anchor`'s places are looked up by :meth:`write`; held here, the state before
+        them would keep its memory (a file of d float64 values a tensor) until the next write.
+        """
+        self._kept = [(state, place) for state, place in self._kept if state is anchor.state or state is anchor.next]
+
     def write(self, anchor: Anchor, logged: LoggedSum | None = None) -> None:
         """Keep `anchor`, each of its states not yet on disk kept once (OSError, naming the path: a full disk).
 

@@ -7,7 +7,9 @@ import dataclasses
 import errno
 import json
 import os
+import weakref
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from fedfair.core.errors import RoundAbortedError, VerificationError, VerifyReas
 from fedfair.runtime import state_files
 from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.aggregator.checks import SumOutcome, check_agreed_influence, check_decoded_update
+from fedfair.runtime.collaborator import chain as model_chain
 from fedfair.runtime.collaborator import chain_record
 from fedfair.core.errors import UncheckedModelError
 from fedfair.runtime.collaborator.chain import ModelChain
@@ -305,6 +308,33 @@ def test_a_round_logs_its_sum_and_a_restart_steps_the_logged_sums_again_bit_for_
     now = kept_files_of(restarted_chain)  # round 7's state, its 2 sums since, round 10's state: whole
     assert len(now) == 4 and len(set(now) & set(files)) == 3 and chain.path is not None
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted([chain.path.name, *now])  # the rest removed
+
+
+@pytest.mark.usefixtures("in_file")
+def test_the_state_before_the_anchors_is_let_go_before_the_step_writes_the_next(
+    federation: Federation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its memory (a file of d values a tensor, in a file) is freed before the step writes as much: at d = 10^7 the
+    # step's writes took fresh pages at twice the CPU when the record let it go only as it wrote (issue 97).
+    site = federation.chain(tmp_path)
+    site.sent(1, *sent(federation.start))
+    assert site.anchor is not None
+    first = weakref.ref(site.anchor.state)
+    words = federation.summed(1)
+    site.verified(1, words, NAMES, federation.encoder(1))
+    site.sent(2, *sent(federation.stepped(federation.start, words, 1)))
+    alive_as_stepped: list[bool] = []
+    real = model_chain.stepped
+
+    def watched(*arguments: Any, **keywords: Any) -> HeldState:
+        alive_as_stepped.append(first() is not None)
+        return real(*arguments, **keywords)
+
+    monkeypatch.setattr(model_chain, "stepped", watched)
+    site.verified(2, federation.summed(2), NAMES, federation.encoder(2))
+    assert alive_as_stepped == [False]
+    assert site.anchor is not None and site.anchor.next is not None  # the step was taken, and kept
+    assert restarted_anchor(federation, tmp_path).round == 2
 
 
 def test_a_bounded_rounds_total_is_logged_and_stepped_again_bit_for_bit(federation: Federation, tmp_path: Path) -> None:
