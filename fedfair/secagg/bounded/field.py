@@ -310,8 +310,8 @@ def from_signed(values: np.ndarray | list[int]) -> np.ndarray:
     except OverflowError as error:
         raise ValueError(f"a value beyond int64 does not fit the field's (-p/2, p/2): {error}") from None
     # The extremes, not np.abs: |int64's minimum| overflows back to itself and would pass.
-    if signed.size and max(-int(np.min(signed)), int(np.max(signed))) > P // 2:
-        magnitude = max(-int(np.min(signed)), int(np.max(signed)))
+    magnitude = max(-int(np.min(signed)), int(np.max(signed))) if signed.size else 0
+    if magnitude > P // 2:
         raise ValueError(f"a value of magnitude {magnitude} does not fit the field's (-p/2, p/2)")
     return np.where(signed < 0, signed + np.int64(P), signed).astype(np.uint64)
 
