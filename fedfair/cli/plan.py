@@ -79,8 +79,12 @@ def _diff_command(args: argparse.Namespace) -> int:
 
 
 def _show_command(args: argparse.Namespace) -> int:
-    from fedfair.core.models import flat_parameters
-    from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan
+    from fedfair.runtime.plan.aggregator_plan import (
+        bounded_soundness_line,
+        check_bounded_plan,
+        load_aggregator_plan,
+        model_parameters,
+    )
     from fedfair.runtime.plan.input_bound import bounded_check_lines, input_bound_line
     from fedfair.runtime.plan.sum_check import round_config, sum_check_lines
 
@@ -89,12 +93,15 @@ def _show_command(args: argparse.Namespace) -> int:
     if not plan.secure_aggregation.enabled:
         print("training sums: none (secure aggregation is off: the aggregator sees every update)")
         return 0
-    model = plan.model.build(seed=plan.training.seed, allowed=plan.own_factories)
-    config = round_config(plan, int(flat_parameters(model).numel()))
+    parameters = model_parameters(plan)
+    config = round_config(plan, parameters)
     bounded = plan.secure_aggregation.bounds_inputs
+    check_bounded_plan(plan, str(args.plan), parameters)  # the model's size, now that it is known
     for line in bounded_check_lines(plan.privacy.distributed) if bounded else sum_check_lines(config):
         print(line)
     print(input_bound_line(plan.secure_aggregation))
+    if bounded:
+        print(bounded_soundness_line(plan, parameters))
     return 0
 
 

@@ -8,13 +8,16 @@ plan loads, and at a site as the plan arrives, before anything is sent.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
 from fedfair.core.errors import ConfigError
 from fedfair.runtime.plan.bounded_noise import bounded_fractional_bits, bounded_noise_mu
-from fedfair.runtime.plan.input_bound import check_bounded_round
+from fedfair.runtime.plan.aggregator_plan import bounded_soundness_line, check_bounded_plan
+from fedfair.runtime.plan.input_bound import check_bounded_round, soundness_line
+from fedfair.secagg.bounded.layout import largest_dimension, squared_bound
 from tests.runtime.test_input_bound import ON, declared, federation  # noqa: F401 (the fixture)
 from tests.runtime.test_manifest import aggregator_plan_with
 from tests.runtime.test_plan import aggregator_plan
@@ -77,3 +80,49 @@ def test_the_largest_bound_that_fits_passes_and_one_bit_more_does_not() -> None:
     passing = [f for f in range(16, 31) if fits(f)]
     # The template's 20 bits fit; the field's range tests stop near B^2 = 2^43 (p = 2^52 - 47), so no f beyond 21 does.
     assert passing == list(range(16, 22))
+
+
+LARGE_MODEL = 2**26
+"""Coordinates at which init's bound (B = 2^20, T = 2^24) no longer fits: 4 d T reaches p = 2^52 - 47."""
+
+
+def test_the_plan_check_refuses_a_model_the_round_would_refuse_naming_its_size_and_the_fixes() -> None:
+    """The check holds the round's Layout(d, B^2), not Layout(1, B^2): init's plan fits 2^26 - 1 coordinates and
+    no more."""
+    secure = declared(aggregator_plan()).secure_aggregation
+    check_bounded_round(secure, 1.0, [1.0], 20, "plan", dimension=LARGE_MODEL - 1)
+    with pytest.raises(ConfigError) as refused:
+        check_bounded_round(secure, 1.0, [1.0], 20, "plan", dimension=LARGE_MODEL)
+    said = str(refused.value)
+    assert f"the model's dimension {LARGE_MODEL:,}" in said and "B^2 = 2^40.0" in said, said
+    assert f"at most {LARGE_MODEL - 1:,} coordinates" in said, said
+    # One bit fewer halves T, so twice the coordinates fit: 19 is the most at 2^26.
+    assert "lower fractional_bits to at most 19, lower update_norm, or train a smaller model" in said, said
+    check_bounded_round(secure, 1.0, [1.0], 19, "plan", dimension=LARGE_MODEL)
+    with pytest.raises(ConfigError, match=r"dimension .* lower update_norm, or train a smaller model"):
+        check_bounded_round(secure, 1.0, [1.0], 20, "plan", dimension=LARGE_MODEL, noised=True)
+
+
+def test_a_plan_is_held_at_its_models_size_where_it_is_known() -> None:
+    """Loaded alone the plan holds the bound alone (no model is built); with the model's parameters, as plan show,
+    plan pin and the aggregator before round 1 pass them, it holds the round's dimension too."""
+    bounded = declared(aggregator_plan())
+    weight = max(bounded.influence.weight_of(name, bounded.batch_fraction) for name in bounded.collaborators)
+    bound_sq = squared_bound(bounded.influence.update_norm, weight, bounded.secure_aggregation.fractional_bits)
+    most = largest_dimension(bound_sq)
+    assert not bounded.training.local.corrects_drift  # the round's d is the parameters and the weight: d = D + 1
+    check_bounded_plan(bounded, "plan.toml")
+    check_bounded_plan(bounded, "plan.toml", most - 1)
+    assert f"limit at d = {most:,} " in bounded_soundness_line(bounded, most - 1)
+    with pytest.raises(ConfigError, match=rf"plan.toml: .* the model's dimension {most + 1:,}"):
+        check_bounded_plan(bounded, "plan.toml", most)
+
+
+def test_the_soundness_line_states_the_tests_the_error_and_the_bound_against_the_fields_limit() -> None:
+    """docs/security.md's table: 151 tests at init's B = 2^20, 515 at the largest B^2 = 2^43.4, each 2^-64 a try."""
+    for norm, tests in ((1.0, 151), (3355442 / 2**20, 515)):
+        line = soundness_line(norm, 1.0, 20, 10**5)
+        bound_sq = squared_bound(norm, 1.0, 20)
+        assert f"{tests} range tests a try" in line, line
+        assert "at most 2^-64." in line, line
+        assert f"B^2 = 2^{math.log2(bound_sq):.1f}" in line and "limit at d = 100,000 2^43.4" in line, line

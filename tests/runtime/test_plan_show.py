@@ -59,3 +59,17 @@ def test_no_re_check_is_promised_where_the_plan_allows_no_colluder(monkeypatch: 
     assert "tags (sound up to max_colluding = 0 colluders: the aggregator alone)" in line
     assert "re-checks" not in line and line.endswith("checks the tags (no colluder to re-check against)")
     assert sum_check.sum_check_lines(colluders)[0].endswith("and above that re-checks")
+
+
+def test_plan_show_states_the_soundness_the_input_bound_gets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """init's plan with an auditor: B = 2^20 (update_norm 1, weight 1, 20 bits) takes 151 range tests at 2^-64 a try
+    (docs/security.md's table), against the field's limit of 2^43.4 at the model's d."""
+    assert cli.main(["init", str(tmp_path / "fed"), "--sites", "a,b,c", "--auditor", "audit-co"]) == 0
+    capsys.readouterr()
+    assert cli.main(["plan", "show", "--plan", str(tmp_path / "fed" / "aggregator" / "plan.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "input bound: two verifiers" in out, out
+    assert "input bound soundness: 151 range tests a try" in out and "at most 2^-64." in out, out
+    assert "B^2 = 2^40.0 (encoded scale), the field's limit at d = " in out and " 2^43.4" in out, out

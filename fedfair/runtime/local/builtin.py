@@ -228,15 +228,26 @@ def bounded_bits(plan: Mapping[str, Any], names: list[str]) -> int:
     Raises:
         ConfigError: no number of bits holds it (naming the fix).
     """
-    from fedfair.runtime.plan.input_bound import largest_fractional_bits
+    from fedfair.runtime.plan.input_bound import largest_bound, largest_fractional_bits
     from fedfair.runtime.plan.learning_settings import read_learning
 
     learning = read_learning("fedfair launch's plan", plan, len(names))
     weight = max(learning.influence.weight_of(name, learning.batch_fraction) for name in names)
-    bits = largest_fractional_bits(learning.influence.update_norm, weight, learning.secure_aggregation.fractional_bits)
-    if bits is None:
-        raise ConfigError("--input-bound: a site's bound does not fit the proof's field; lower --batch-fraction")
-    return bits
+    norm = learning.influence.update_norm
+    bits = largest_fractional_bits(norm, weight, learning.secure_aggregation.fractional_bits)
+    if bits is not None:
+        return bits
+    local = learning.training.local
+    most = largest_bound()
+    # launch's update_norm is 2 lr tau; a site's weight, its rows a batch, is at least 1 however small the batch.
+    fixes = f"lower --lr or --local-steps until 2 lr tau x {weight:g} <= {most:,}"
+    if norm <= most:
+        fixes += f", or --batch-fraction until the largest site's weight is at most {most / norm:.4g}"
+    raise ConfigError(
+        f"--input-bound: a site's bound does not fit the proof's field even at 0 fractional bits: its update_norm "
+        f"2 lr tau = 2 x {local.lr:g} x {local.local_steps} = {norm:g} times its weight {weight:g} (the largest "
+        f"site's rows a batch) is {norm * weight:.4g}, above the {most:,} the field holds; {fixes}"
+    )
 
 
 def rehearsal_ledgers(root: Path) -> None:

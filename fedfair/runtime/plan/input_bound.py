@@ -13,6 +13,7 @@ Why: docs/security.md, "Bounded inputs (two verifiers)", "Declaring it".
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Collection, Iterable
 from typing import Protocol
@@ -21,7 +22,7 @@ from fedfair.core.errors import ConfigError
 from fedfair.core.tables import Table
 from fedfair.pki.names import validate_name
 from fedfair.secagg.bounded import field
-from fedfair.secagg.bounded.layout import Layout, squared_bound
+from fedfair.secagg.bounded.layout import Layout, largest_dimension, squared_bound
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND
 
 logger = logging.getLogger("fedfair.runtime")
@@ -178,23 +179,37 @@ def check_bounded_round(
     where: str,
     *,
     noised: bool = False,
+    dimension: int = 1,
 ) -> None:
-    """Refuse a plan in the two-verifier mode whose bounds the proof's field cannot hold.
+    """Refuse a plan in the two-verifier mode whose bounds the proof's field cannot hold at `dimension`.
 
     Each site's bound, update_norm times its weight at the round's `fractional_bits`, must fit: the plan's, or with
     `noised` (distributed DP) the noise's (:func:`~fedfair.runtime.plan.bounded_noise.bounded_fractional_bits`),
     which one record's sensitivity fixes. Training DP itself runs under the mode: each verifier adds the noise and
-    each site charges it.
+    each site charges it. `dimension` is the round's (an update's length): the range tests need 4 d T < p, so a
+    bound that fits alone may not fit a large model; 1 holds the bound alone, where no model is built yet.
 
     Raises:
-        ConfigError: naming the fix.
+        ConfigError: naming the cause (the bound alone, or the dimension with the bound) and the fixes.
     """
     if secure.input_bound != TWO_VERIFIERS:
         return
     largest = max(weights, default=0.0)  # the largest weight gives the largest bound
-    if largest <= 0 or _fits(update_norm, largest, fractional_bits):
+    if largest <= 0 or _fits(update_norm, largest, fractional_bits, dimension):
         return
-    fitting = largest_fractional_bits(update_norm, largest, fractional_bits - 1)
+    fitting = largest_fractional_bits(update_norm, largest, fractional_bits - 1, dimension)
+    bits = "the distributed noise's" if noised else "[secure_aggregation]"
+    bound = f"a site's bound, [influence] update_norm {update_norm:g} x its weight {largest:g}"
+    field_at = f"does not fit the bounded round's field at {bits} fractional_bits = {fractional_bits}"
+    if _fits(update_norm, largest, fractional_bits, 1):  # the bound alone fits: the model's size is the cause
+        bound_sq = squared_bound(update_norm, largest, fractional_bits)
+        fewer_bits = "" if noised or fitting is None else f"lower fractional_bits to at most {fitting}, "
+        raise ConfigError(
+            f"{where}: {bound} (B^2 = 2^{math.log2(bound_sq):.1f}) {field_at} with the model's dimension "
+            f"{dimension:,}: the range tests need 4 d T < p, so at most {largest_dimension(bound_sq):,} coordinates "
+            f"fit at this bound (each fractional bit fewer doubles them); {fewer_bits}lower update_norm, or train a "
+            "smaller model"
+        )
     if noised or fitting is None:
         fix = (
             "lower update_norm (the noise's bits follow from one record's sensitivity)"
@@ -203,26 +218,50 @@ def check_bounded_round(
         )
     else:
         fix = f"lower fractional_bits to at most {fitting} or update_norm"
-    bits = "the distributed noise's" if noised else "[secure_aggregation]"
     raise ConfigError(
-        f"{where}: a site's bound, [influence] update_norm {update_norm:g} x its weight {largest:g}, does not fit the "
-        f"bounded round's field at {bits} fractional_bits = {fractional_bits} (its squared bound must "
-        f"stay below about 2^43 in the encoded scale); {fix}"
+        f"{where}: {bound}, {field_at} (its squared bound must stay below about 2^43 in the encoded scale); {fix}"
     )
 
 
-def largest_fractional_bits(update_norm: float, weight: float, at_most: int) -> int | None:
+def largest_fractional_bits(update_norm: float, weight: float, at_most: int, dimension: int = 1) -> int | None:
     """The most fractional bits, up to `at_most`, at which the proof's field holds `update_norm` x `weight`.
 
-    None: not even at 0 bits.
+    At `dimension` coordinates (1: the bound alone). None: not even at 0 bits.
     """
-    return next((bits for bits in range(at_most, -1, -1) if _fits(update_norm, weight, bits)), None)
+    return next((bits for bits in range(at_most, -1, -1) if _fits(update_norm, weight, bits, dimension)), None)
 
 
-def _fits(update_norm: float, weight: float, fractional_bits: int) -> bool:
-    """Whether the proof's field holds a bound of `update_norm` x `weight` at `fractional_bits` (its :class:`Layout`)."""
+def largest_bound(dimension: int = 1) -> int:
+    """The largest bound B (update_norm x weight in the encoded scale) whose square the proof's field holds.
+
+    At `dimension` coordinates (1: the bound alone); 0 where none fits.
+    """
+    low, high = 0, 1 << 26  # B^2 = 2^52 is past p itself
+    while high - low > 1:  # low fits (or is 0), high does not
+        middle = (low + high) // 2
+        low, high = (middle, high) if largest_dimension(middle * middle) >= dimension else (low, middle)
+    return low
+
+
+def soundness_line(update_norm: float, weight: float, fractional_bits: int, dimension: int) -> str:
+    """What ``fedfair plan show`` says of the soundness a proof of `update_norm` x `weight` at `dimension` gets.
+
+    docs/security.md, "Why the range tests, and soundness". Raises ConfigError where the field cannot hold it.
+    """
+    layout = Layout(dimension, squared_bound(update_norm, weight, fractional_bits))
+    most = largest_bound(dimension) ** 2
+    return (
+        f"input bound soundness: {layout.tests} range tests a try, so an update above its bound passes a try with "
+        f"probability at most 2^{math.log2(layout.soundness_error):.1f}; the largest site's squared bound B^2 = "
+        f"2^{math.log2(layout.bound_sq):.1f} (encoded scale), the field's limit at d = {layout.dimension:,} "
+        f"2^{math.log2(most):.1f}"
+    )
+
+
+def _fits(update_norm: float, weight: float, fractional_bits: int, dimension: int) -> bool:
+    """Whether the proof's field holds a bound of `update_norm` x `weight` at `fractional_bits` and `dimension`."""
     try:
-        Layout(1, squared_bound(update_norm, weight, fractional_bits))
+        Layout(dimension, squared_bound(update_norm, weight, fractional_bits))
     except ConfigError:
         return False
     return True

@@ -246,7 +246,13 @@ def to_wire(elements: np.ndarray) -> bytes:
 
     An element is uniform in [0, p) wherever it is a share, so no coding can take fewer bits than log2(p); the top
     twelve bits of a uint64 are the only slack.
+
+    Raises:
+        ValueError: a value is p or more (the caller's bug): its top bits would spill into the next element's, so
+            the bytes would be another list's canonical packing.
     """
+    if elements.size and int(np.max(elements)) >= P:
+        raise ValueError(f"to_wire takes field elements, below p = 2^52 - {FOLD}; got {int(np.max(elements))}")
     out = np.zeros(wire_bytes(elements.size) + 8, dtype=np.uint8)
     _pack(np.ascontiguousarray(elements, dtype=np.uint64), out)
     return out[: out.size - 8].tobytes()
@@ -297,11 +303,16 @@ def from_signed(values: np.ndarray | list[int]) -> np.ndarray:
 
     Raises:
         ValueError: a value's magnitude is p / 2 or more: it has no element of its own (the caller's bug; an
-            update within its bound is far below).
+            update within its bound is far below). That includes int64's minimum and values beyond int64.
     """
-    signed = np.asarray(values, dtype=np.int64)
-    if signed.size and int(np.max(np.abs(signed))) > P // 2:
-        raise ValueError(f"a value of magnitude {int(np.max(np.abs(signed)))} does not fit the field's (-p/2, p/2)")
+    try:
+        signed = np.asarray(values, dtype=np.int64)
+    except OverflowError as error:
+        raise ValueError(f"a value beyond int64 does not fit the field's (-p/2, p/2): {error}") from None
+    # The extremes, not np.abs: |int64's minimum| overflows back to itself and would pass.
+    magnitude = max(-int(np.min(signed)), int(np.max(signed))) if signed.size else 0
+    if magnitude > P // 2:
+        raise ValueError(f"a value of magnitude {magnitude} does not fit the field's (-p/2, p/2)")
     return np.where(signed < 0, signed + np.int64(P), signed).astype(np.uint64)
 
 

@@ -47,6 +47,24 @@ def squared_bound(update_norm: float, weight: float, fractional_bits: int) -> in
     return math.floor(scaled * scaled)
 
 
+def largest_dimension(bound_sq: int) -> int:
+    """The most coordinates a :class:`Layout` holds at squared bound `bound_sq` (0: the bound fits at none).
+
+    The bound's own limit: the slack's 2^m and 2 T^2 below p (Paley-Zygmund's theta < 1). Then the projections
+    <z_j, x> + T must not wrap: 4 d T < p (the per-coordinate route, 4 d T^2 below p - 2^m, is stricter in d).
+    """
+    offset = _test_offset(bound_sq)
+    wrap = P - (1 << bound_sq.bit_length())
+    if wrap <= 0 or 2 * offset * offset >= wrap:
+        return 0
+    return (P - 1) // (4 * offset)
+
+
+def _test_offset(bound_sq: int) -> int:
+    """T, a power of two at least TAU B."""
+    return 1 << math.ceil(math.log2(TAU * math.isqrt(bound_sq) + TAU + 1))
+
+
 @dataclass(frozen=True)
 class Layout:
     """The shapes both verifiers and the prover agree on for one (d, B^2): the plan fixes them.
@@ -67,11 +85,21 @@ class Layout:
             raise ConfigError(f"bound_sq={self.bound_sq} must be at least 1: raise the bound or fractional_bits")
         if self.points < QUERIES + 1:
             raise ConfigError(f"points={self.points} must be at least {QUERIES + 1}")
-        if self.pass_probability >= 1:
+        if self.pass_probability < 1:
+            return
+        largest = largest_dimension(self.bound_sq)
+        if largest == 0:
             raise ConfigError(
                 f"a squared bound of 2^{math.log2(self.bound_sq):.1f} leaves the range tests no room below "
-                f"p = 2^52 - {FOLD} (it must stay below about 2^43); lower fractional_bits"
+                f"p = 2^52 - {FOLD} (it must stay below about 2^43); lower fractional_bits or update_norm"
             )
+        raise ConfigError(
+            f"a model of dimension {self.dimension:,} at a squared bound of 2^{math.log2(self.bound_sq):.1f} is too "
+            f"large for the range tests: their projections need 4 d T < p = 2^52 - {FOLD} (T = "
+            f"2^{self.test_bits - 1}), so at most {largest:,} coordinates fit at this bound; use fewer fractional "
+            "bits, a smaller update_norm (each bit or halving of the bound doubles the coordinates that fit), or a "
+            "smaller model"
+        )
 
     @property
     def norm_bits(self) -> int:
@@ -81,7 +109,7 @@ class Layout:
     @property
     def test_offset(self) -> int:
         """T, a power of two at least TAU B: a test proves <z_j, x> + T in [0, 2T)."""
-        return 1 << math.ceil(math.log2(TAU * math.isqrt(self.bound_sq) + TAU + 1))
+        return _test_offset(self.bound_sq)
 
     @property
     def test_bits(self) -> int:

@@ -382,6 +382,21 @@ def test_launch_input_bound_plans_the_mode_with_its_auditor(tmp_path: Path) -> N
             run_launch(_arguments("--input-bound", *flags, *(("--label", "y") if "--csv" in flags else ())))
 
 
+def test_launch_input_bound_names_the_fixes_that_fit_the_field(tmp_path: Path) -> None:
+    """launch's update_norm is 2 lr tau and a site's weight is its rows a batch, at least 1: at --lr 10^6 (2 x 10^6
+    x 5 = 10^7 > the field's 3,355,442 at 0 fractional bits) no batch fraction fits, so only --lr or --local-steps
+    are named; at --lr 10^4 (update_norm 10^5) a weight of at most 33.55 would, so --batch-fraction is named too."""
+    for flags in ((), ("--batch-fraction", "0.0001")):
+        with pytest.raises(ConfigError) as refused:
+            launch_workspace(_arguments("--input-bound", "--lr", "1000000", *flags), tmp_path / "w")
+        said = str(refused.value)
+        assert "update_norm 2 lr tau = 2 x 1e+06 x 5 = 1e+07" in said, said
+        assert "lower --lr or --local-steps until 2 lr tau x" in said and "<= 3,355,442" in said, said
+        assert "--batch-fraction" not in said, said
+    with pytest.raises(ConfigError, match=r"or --batch-fraction until the largest site's weight is at most 33\.55"):
+        launch_workspace(_arguments("--input-bound", "--lr", "10000"), tmp_path / "x")
+
+
 ROUND_ONE_SLACK = 10.0
 """Seconds round 1 may take beyond 3 x the median round. One round is one sample of the machine's load, the median
 of 19 is not: with 1 s, a burst elsewhere (another worker's federation starting, mypy) that tripled round 1's 0.98 s

@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from fedfair.pki.identity import generate_identity_key
 from fedfair.runtime.collaborator.kinds.bounded import lying_witness
 from fedfair.secagg import keys
+from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded.context import BoundedContext
 from fedfair.secagg.bounded.exchange import Reveal
 from fedfair.secagg.bounded.exchange import AUDITOR
@@ -24,6 +25,14 @@ from fedfair.secagg.bounded.verifying import RoundVerifier
 
 liar_witness = lying_witness
 """What a liar can claim (the runtime's liar fault proves with the same witness)."""
+
+
+def packed_raw(values: list[int] | np.ndarray) -> bytes:
+    """52-bit values packed as on the wire without to_wire's check that each is below p: a peer's bad bytes."""
+    packed = np.zeros(field.wire_bytes(len(values)) + 8, dtype=np.uint8)
+    field._pack(np.asarray(values, dtype=np.uint64), packed)
+    return packed[:-8].tobytes()
+
 
 DIMENSION = 60
 FRACTIONAL_BITS = 8

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from fedfair.core.errors import ProtocolError
 from fedfair.secagg.bounded import field
 from fedfair.secagg.bounded.field import P
+from tests.secagg.bounded.roundkit import packed_raw
 
 EDGES = [0, 1, 2, (1 << 26) - 1, 1 << 26, (1 << 26) + 1, (1 << 32) + 1, 1 << 51, P // 2, P // 2 + 1, P - 2, P - 1]
 """Values at the kernels' seams: the 26-bit halves a product is formed from, half of p, and p's neighbours."""
@@ -145,10 +146,8 @@ def test_a_packed_value_at_or_above_p_is_refused(values: list[int], data: st.Dat
     """Every 52-bit value from p to 2^52 - 1 fits the packing but is no element: from_wire refuses it."""
     index = data.draw(st.integers(0, len(values) - 1))
     values[index] = data.draw(st.integers(P, (1 << 52) - 1))
-    packed = np.zeros(field.wire_bytes(len(values)) + 8, dtype=np.uint8)
-    field._pack(np.array(values, dtype=np.uint64), packed)
     with pytest.raises(ProtocolError, match="not a field element"):
-        field.from_wire(packed[:-8].tobytes(), "a test vector")
+        field.from_wire(packed_raw(values), "a test vector")
 
 
 def test_addition_subtraction_and_signed_round_trip() -> None:
@@ -201,13 +200,33 @@ def test_wire_packing_takes_52_bits_an_element_and_round_trips(count: int) -> No
 
 def test_wire_packing_refuses_p_spare_bits_and_lengths_no_count_packs_to() -> None:
     with pytest.raises(ProtocolError, match="a test vector holds a value that is not a field element"):
-        field.from_wire(field.to_wire(np.array([3, P, 5], dtype=np.uint64)), "a test vector")
+        field.from_wire(packed_raw([3, P, 5]), "a test vector")
     one = bytearray(field.to_wire(np.array([P - 1], dtype=np.uint64)))  # 52 bits in 7 bytes: 4 spare
     one[-1] |= 0x80
     with pytest.raises(ProtocolError, match="spare bits"):
         field.from_wire(bytes(one), "a test vector")
     with pytest.raises(ProtocolError, match="not a whole number of 52-bit elements"):
         field.from_wire(bytes(8), "a test vector")  # 7 bytes hold one element, 13 two: 8 holds no count
+
+
+@pytest.mark.parametrize("value", [P, 1 << 52, (1 << 52) | 3, (1 << 64) - 1])
+def test_to_wire_refuses_a_value_that_is_not_an_element(value: int) -> None:
+    """Packed, 2^52 + 3 then 0 would be the canonical bytes of 3 then 1: its top bits spill into the next element."""
+    with pytest.raises(ValueError, match="to_wire takes field elements"):
+        field.to_wire(np.array([value, 0], dtype=np.uint64))
+
+
+@pytest.mark.parametrize("value", [-(1 << 63), (1 << 63) - 1, -(P // 2) - 1])
+def test_from_signed_refuses_int64s_extremes_whose_magnitude_overflows(value: int) -> None:
+    """|int64's minimum| overflows back to itself in numpy: the check must not pass it as small."""
+    with pytest.raises(ValueError, match="does not fit the field"):
+        field.from_signed(np.array([0, value], dtype=np.int64))
+
+
+@pytest.mark.parametrize("value", [1 << 63, -(1 << 63) - 1, 1 << 100])
+def test_from_signed_names_a_value_beyond_int64_as_not_fitting(value: int) -> None:
+    with pytest.raises(ValueError, match="does not fit the field"):
+        field.from_signed([1, value])
 
 
 KNOWN_FIRST_TWO = [611901339567344, 975153202459207]

@@ -8,7 +8,7 @@ import pytest
 
 from fedfair.core.errors import ConfigError
 from fedfair.secagg.bounded.field import P
-from fedfair.secagg.bounded.layout import TAU, Layout, squared_bound
+from fedfair.secagg.bounded.layout import TAU, Layout, largest_dimension, squared_bound
 
 
 def test_the_squared_bound_is_exact_in_the_encoded_scale() -> None:
@@ -46,3 +46,27 @@ def test_a_bound_with_no_room_below_p_is_refused(bits: int) -> None:
         Layout(10**6, P // 4)
     with pytest.raises(ConfigError, match="at least 1"):
         Layout(10, 0)
+
+
+@pytest.mark.parametrize("bits", [10, 20, 21])
+def test_a_model_too_large_for_its_bound_is_refused_naming_its_dimension(bits: int) -> None:
+    """The projections need 4 d T < p: at init's B = 2^20 (T = 2^24) d = 2^26 - 1 fits and 2^26 does not, though
+    B^2 = 2^40 alone is far below the bound's own limit. The refusal names the dimension and every fix."""
+    bound_sq = squared_bound(1.0, 1.0, bits)
+    most = largest_dimension(bound_sq)
+    layout = Layout(most, bound_sq)
+    assert 4 * most * layout.test_offset < P <= 4 * (most + 1) * layout.test_offset
+    assert layout.soundness_error <= 2.0**-60
+    if bits == 20:
+        assert most == 2**26 - 1
+    with pytest.raises(ConfigError) as refused:
+        Layout(most + 1, bound_sq)
+    said = str(refused.value)
+    assert f"dimension {most + 1:,}" in said and f"at most {most:,} coordinates" in said, said
+    assert "fewer fractional bits" in said and "smaller update_norm" in said and "smaller model" in said, said
+    assert "about 2^43" not in said  # the bound alone fits: it is not the cause
+
+
+def test_a_bound_that_fits_no_dimension_has_a_largest_dimension_of_zero() -> None:
+    assert largest_dimension(squared_bound(1.0, 1.0, 22)) == 0  # B^2 = 2^44, beyond the bound's own limit
+    assert largest_dimension(squared_bound(1.0, 1.0, 21)) > 10**6

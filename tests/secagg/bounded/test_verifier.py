@@ -11,6 +11,7 @@ from fedfair.secagg.bounded import field, flp
 from fedfair.secagg.bounded.layout import QUERIES, Layout, squared_bound
 from fedfair.secagg.bounded.shares import make_report
 from fedfair.secagg.bounded.verifier import Evidence, Role, Verifier, VerifierMessage, check_evidence, sign
+from tests.secagg.bounded.roundkit import packed_raw
 
 LAYOUT = Layout(120, squared_bound(1.0, 1.0, 8))
 CONTEXT = b"session 1, round 3"
@@ -33,7 +34,7 @@ def test_a_message_survives_its_bytes() -> None:
     header = len(data) - field.wire_bytes(elements)
     at_p = np.full(elements, field.P, dtype=np.uint64)
     with pytest.raises(ProtocolError, match="not a field element"):
-        VerifierMessage.from_bytes(LAYOUT, data[:header] + field.to_wire(at_p))
+        VerifierMessage.from_bytes(LAYOUT, data[:header] + packed_raw(at_p))
 
 
 def test_evidence_is_checked_by_signature_and_decided_by_anyone() -> None:
