@@ -62,7 +62,7 @@ import torch
 
 from published import publish
 from fedfair import pki
-from fedfair.runtime.local.workspace import free_port, listening, make_workspace, site_names, toml_text
+from fedfair.runtime.local.workspace import Workspace, free_port, listening, make_workspace, site_names, toml_text
 from fedfair.runtime.output_folder import FINAL_MODEL_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -356,8 +356,9 @@ class Run:
         }
 
 
-def run_fedfair(settings: Settings, folder: Path, secure: bool) -> Run:
-    """The aggregator and three collaborators, each a process, the plan naming the example's model factory."""
+def fedfair_workspace(settings: Settings, folder: Path, secure: bool) -> Workspace:
+    """fedfair's federation of `settings` in `folder`: its plan runs Algorithm 1, as Flower's strategy does, on the
+    example's model factory, each site weighted by its declared b_k."""
     names = site_names(SITES)
     plan = {
         "objective": {"epsilon": settings.epsilon, "rho": settings.rho},
@@ -383,6 +384,13 @@ def run_fedfair(settings: Settings, folder: Path, secure: bool) -> Run:
     written = tomllib.loads(workspace.plan.read_text())
     written["influence"]["update_norm"] = UNBOUNDED_NORM
     workspace.plan.write_text(toml_text(written))
+    return workspace
+
+
+def run_fedfair(settings: Settings, folder: Path, secure: bool) -> Run:
+    """The aggregator and three collaborators, each a process, on `fedfair_workspace`'s federation."""
+    names = site_names(SITES)
+    workspace = fedfair_workspace(settings, folder, secure)
     host, port = workspace.address.rsplit(":", 1)
     relay = Relay((host, int(port)))
     for path in workspace.configs.values():
