@@ -16,6 +16,7 @@ from flwr.simulation import run_simulation  # noqa: E402
 from torch import nn  # noqa: E402
 
 from fedfair.api import federate  # noqa: E402
+from fedfair.core.data import client_batch_sizes  # noqa: E402
 from fedfair.flower import FedSRCVaRStrategy, client_app, initial_arrays  # noqa: E402
 from fedfair.flower.client import partition_of  # noqa: E402
 from tests.federations import adult_by_race  # noqa: E402
@@ -23,6 +24,8 @@ from tests.federations import adult_by_race  # noqa: E402
 pytestmark = pytest.mark.slow
 
 ROUNDS = 12
+"""Two passes over each site's rows (b_k = 188, 75, 37 of 3000, 1200, 600, three a round), so the ClientApp's
+replayed sampler reshuffles, and five rounds after c reaches the losses (round 7), where the CVaR term moves theta."""
 SETTINGS = dict(rho=0.2, epsilon=0.1, local_steps=3, lr=0.2, threshold_lr=0.5, batch_size=300, seed=7)
 
 
@@ -37,6 +40,10 @@ def relative(flower: torch.Tensor, fedfair: torch.Tensor) -> float:
 def test_flower_simulation_gives_federates_final_pair_to_1e_6_relative() -> None:
     federation = adult_by_race(caps=[3000, 1200, 600])
     sites = [(part.features, part.labels) for part in federation.train]
+    sizes = [part.size for part in federation.train]
+    drawn = ROUNDS * int(SETTINGS["local_steps"])
+    batches = client_batch_sizes(sizes, int(SETTINGS["batch_size"]))
+    assert all(drawn * batch > 2 * size for batch, size in zip(batches, sizes, strict=True))
     reference = federate(mlp, sites, rounds=ROUNDS, **SETTINGS)  # type: ignore[arg-type]
 
     strategy = FedSRCVaRStrategy(min_nodes=3, **SETTINGS)  # type: ignore[arg-type]
