@@ -496,7 +496,9 @@ def flower_bench(name: str, document: Mapping[str, Any]) -> Section:
             "ignores SIGCHLD, sampled from /proc) and /proc sampling splits into Ray's ClientApp actor processes "
             "(one actor a core, each running the ClientApps of whichever sites it is given) and the rest (the "
             "SuperLink, the ServerApp's process, Ray's own daemons and idle workers). fedfair's bytes are counted by "
-            "a relay between the sites and the server; a simulation sends none over a network.",
+            "a relay between the sites and the server; a simulation sends none over a network. fedfair's plan "
+            "lifts its update bound (`[influence] update_norm` 100): Algorithm 1, as Flower's path runs it, "
+            "bounds no update.",
             body,
         )
     return Section(
