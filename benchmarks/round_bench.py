@@ -14,7 +14,10 @@ other and with the aggregator, and their Python work is serialised by one interp
 lock, so each party's masking, signing and message handling, which a deployment runs in
 parallel on its own hardware, runs one party at a time here. The secure/plain ratio
 measured this way is a pessimistic one. With `--processes` each collaborator is a
-process of its own (still on these cores): what one host running every site would see.
+process of its own (still on these cores): what one host running every site would see. It refuses to start
+where the machine's available memory (MemAvailable) is below its estimate of the need (every party process at
+450 MiB and four float32 copies of the model, and the aggregator's; `round_bench_parties.processes_memory_need`)
+unless `--force` is given.
 
 Local training is nothing (the update is ready at once) unless `--train-seconds S` makes
 each round's training a sleep of S seconds, which stands in for training on each
@@ -85,7 +88,16 @@ from pathlib import Path
 from typing import Any
 
 from published import publish
-from round_bench_parties import BATCH, TRAIN_SECONDS, party_medians, run_parties, reset_peak_rss, peak_rss_mb
+from round_bench_parties import (
+    BATCH,
+    TRAIN_SECONDS,
+    available_memory,
+    memory_refusal,
+    party_medians,
+    peak_rss_mb,
+    reset_peak_rss,
+    run_parties,
+)
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.local.workspace import make_workspace, site_names
 from fedfair.runtime.plan.limits import MAX_FEATURES, MAX_PARAMETERS
@@ -281,6 +293,11 @@ def main(argv: list[str] | None = None) -> int:
         "--processes", action="store_true", help="each collaborator in a process of its own (default: threads)"
     )
     parser.add_argument(
+        "--force",
+        action="store_true",
+        help="with --processes, start even where the machine's available memory is below the estimated need",
+    )
+    parser.add_argument(
         "--pairs", type=int, default=1, help="plain-then-secure federations per configuration, alternating (default 1)"
     )
     parser.add_argument(
@@ -307,6 +324,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--pairs must be at least 1")
     if args.train_seconds < 0:
         parser.error("--train-seconds must be at least 0")
+    if args.processes and not args.force:  # before any federation: 50 processes at d = 10^6 took ~22 GB
+        available = available_memory()
+        for dimension in args.dimensions:
+            for parties in args.parties:
+                refusal = memory_refusal(dimension, parties, available)
+                if refusal is not None:
+                    parser.error(refusal)
     os.environ[TRAIN_SECONDS] = repr(args.train_seconds)
     rounds = args.rounds or (2 if args.quick else 5)
     logging.getLogger("fedfair").setLevel(logging.WARNING)

@@ -242,3 +242,59 @@ def _status_mb(field: str) -> float:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+PARTY_BASE_BYTES = 450 * 2**20
+"""A party process before the model: imports, configuration, identity, plan and kernels. Measured about 440 MB a
+party at d = 10^6, n = 50 (50 processes took ~22 GB), and 396-505 MB at d = 10^7 with one 40 MB update in it."""
+PARTY_MODEL_COPIES = 4
+"""The float32 copies of the model (4 d bytes each) a party process holds at its peak: the update at start-up plus
+what the rounds add (``party_model_copies``, measured 2.1-2.6 at d = 10^7 and 10^8), rounded up."""
+AGGREGATOR_BASE_BYTES = 600 * 2**20
+AGGREGATOR_PARTY_BYTES = 30 * 2**20
+AGGREGATOR_MODEL_COPIES = 12
+"""The aggregator (this process) at its peak: 600 MB, 30 MB a party and 12 copies of 4 d bytes, above every peak
+measured (1,632-1,721 MB at d = 10^6, n = 50; 934 MB at 10^7, n = 3; 4,870 MB at 10^8, n = 3)."""
+
+
+def processes_memory_need(dimension: int, parties: int) -> int:
+    """The bytes a ``--processes`` federation of `parties` at `dimension` takes at its peak, conservatively.
+
+    Every party process at :data:`PARTY_BASE_BYTES` plus :data:`PARTY_MODEL_COPIES` x 4 d bytes, and the
+    aggregator's own (:data:`AGGREGATOR_BASE_BYTES` and its kin). Resident sizes summed count the pages the processes
+    share once each, so the true need is lower.
+    """
+    party = PARTY_BASE_BYTES + PARTY_MODEL_COPIES * 4 * dimension
+    aggregator = AGGREGATOR_BASE_BYTES + AGGREGATOR_PARTY_BYTES * parties + AGGREGATOR_MODEL_COPIES * 4 * dimension
+    return parties * party + aggregator
+
+
+def available_memory(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """The bytes this machine can give new processes without swapping (MemAvailable); None where it is not said."""
+    try:
+        text = meminfo.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def memory_refusal(dimension: int, parties: int, available: int | None) -> str | None:
+    """Why a ``--processes`` federation of `parties` at `dimension` should not start on a machine with `available`
+    bytes free (None: it fits, or the machine does not say what it has)."""
+    need = processes_memory_need(dimension, parties)
+    if available is None or need <= available:
+        return None
+    party = PARTY_BASE_BYTES + PARTY_MODEL_COPIES * 4 * dimension
+    fitting = max((available - AGGREGATOR_BASE_BYTES - AGGREGATOR_MODEL_COPIES * 4 * dimension), 0) // (
+        party + AGGREGATOR_PARTY_BYTES
+    )
+    return (
+        f"--processes at d = {dimension:,}, n = {parties} needs about {need / 2**30:.1f} GiB ({parties} party processes "
+        f"of {party / 2**20:,.0f} MiB: {PARTY_BASE_BYTES // 2**20} MiB at start-up and {PARTY_MODEL_COPIES} float32 "
+        f"copies of the model; the aggregator {(need - parties * party) / 2**30:.1f} GiB) but this machine has "
+        f"{available / 2**30:.1f} GiB available (MemAvailable in /proc/meminfo); run at most {fitting} parties "
+        "(--parties), the parties as threads of one process (leave out --processes), or pass --force to run anyway"
+    )

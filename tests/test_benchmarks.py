@@ -318,3 +318,41 @@ def test_round_compare_times_every_party_step_in_both_trees_and_their_ratio(tmp_
     for setting, ratio in result["live_peak_ratio"].items():
         assert abs(ratio - 1.0) <= result["live_peak_goal"] - 1.0, (setting, ratio)
     assert "secure party CPU" in finished.stderr and "MASK" in finished.stderr and "live peak MB" in finished.stderr
+
+
+def test_round_bench_processes_refuses_a_federation_the_machines_memory_cannot_hold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """50 party processes at d = 10^6 took ~22 GB and ran a 24 GB host out of memory: the estimate (450 MiB and
+    four float32 model copies a party, the aggregator's 600 MiB + 30 MiB a party + 12 copies) is above that, and a
+    machine whose MemAvailable is below it is refused before any federation starts, naming need, availability and
+    fixes. Threads, or --force, are not held to it."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import round_bench
+        from round_bench_parties import available_memory, memory_refusal, processes_memory_need
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    need = processes_memory_need(10**6, 50)
+    assert 22e9 < need < 1.25 * 22e9  # conservative against the measured run, not wildly so
+    assert memory_refusal(10**6, 50, need) is None and memory_refusal(10**6, 50, None) is None
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24576000 kB\nMemFree:  1000 kB\nMemAvailable:   12582912 kB\n")
+    available = available_memory(meminfo)
+    assert available == 12 * 2**30
+    said = memory_refusal(10**6, 50, available)
+    assert said is not None
+    assert f"needs about {need / 2**30:.1f} GiB" in said and "has 12.0 GiB available (MemAvailable" in said, said
+    assert "(--parties)" in said and "leave out --processes" in said and "--force" in said, said
+    # The fewest parties it names do fit; one more does not.
+    fitting = int(said.split("run at most ")[1].split()[0])
+    assert processes_memory_need(10**6, fitting) <= available < processes_memory_need(10**6, fitting + 1)
+    assert available_memory(tmp_path / "absent") is None
+
+    # round_bench itself refuses before starting anything where this machine lacks what it asks for.
+    huge = 10**8
+    if (available_memory() or 0) < processes_memory_need(huge, 100):
+        with pytest.raises(SystemExit) as exited:
+            round_bench.main(["--processes", "--dimensions", str(huge), "--parties", "100"])
+        assert exited.value.code == 2
+        assert "--processes at d = 100,000,000, n = 100 needs about" in capsys.readouterr().err

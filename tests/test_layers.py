@@ -265,9 +265,10 @@ KIND_PLUG_INS = (
     "fedfair.runtime.collaborator.kinds",
     "fedfair.runtime.auditor.kinds",
     "fedfair.runtime.plan.input_bound",
+    "fedfair.runtime.plan.bounded_check",
 )
-"""The runtime's side of each built-in kind: its collaborator steps, its auditor's, and the plan's input bound that
-names the bounded sum. Everything else in the runtime looks a kind up by name (issue 92)."""
+"""The runtime's side of each built-in kind: its collaborator steps, its auditor's, the plan's input bound that
+names the bounded sum, and the bounded sum's check of a plan at the model's size. Everything else in the runtime looks a kind up by name (issue 92)."""
 
 
 def kind_names(source: str, module: str, is_package: bool) -> list[str]:

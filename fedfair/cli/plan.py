@@ -79,12 +79,9 @@ def _diff_command(args: argparse.Namespace) -> int:
 
 
 def _show_command(args: argparse.Namespace) -> int:
-    from fedfair.runtime.plan.aggregator_plan import (
-        bounded_soundness_line,
-        check_bounded_plan,
-        load_aggregator_plan,
-        model_parameters,
-    )
+    from fedfair.runtime.plan.aggregator_plan import load_aggregator_plan, model_parameters
+    from fedfair.runtime.plan.bounded_check import bounded_soundness_line
+    from fedfair.runtime.plan.kind_checks import check_plan_at_size
     from fedfair.runtime.plan.input_bound import bounded_check_lines, input_bound_line
     from fedfair.runtime.plan.sum_check import round_config, sum_check_lines
 
@@ -96,12 +93,12 @@ def _show_command(args: argparse.Namespace) -> int:
     parameters = model_parameters(plan)
     config = round_config(plan, parameters)
     bounded = plan.secure_aggregation.bounds_inputs
-    check_bounded_plan(plan, str(args.plan), parameters)  # the model's size, now that it is known
+    check_plan_at_size(plan, len(plan.collaborators), str(args.plan), parameters)  # the model's size, now known
     for line in bounded_check_lines(plan.privacy.distributed) if bounded else sum_check_lines(config):
         print(line)
     print(input_bound_line(plan.secure_aggregation))
     if bounded:
-        print(bounded_soundness_line(plan, parameters))
+        print(bounded_soundness_line(plan, len(plan.collaborators), parameters))
     return 0
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from fedfair.core.errors import ConfigError
 from fedfair.runtime.plan.bounded_noise import bounded_fractional_bits, bounded_noise_mu
-from fedfair.runtime.plan.aggregator_plan import bounded_soundness_line, check_bounded_plan
+from fedfair.runtime.plan.bounded_check import bounded_soundness_line, check_bounded_plan
 from fedfair.runtime.plan.input_bound import check_bounded_round, soundness_line
 from fedfair.secagg.bounded.layout import largest_dimension, squared_bound
 from tests.runtime.test_input_bound import ON, declared, federation  # noqa: F401 (the fixture)
@@ -111,11 +111,12 @@ def test_a_plan_is_held_at_its_models_size_where_it_is_known() -> None:
     bound_sq = squared_bound(bounded.influence.update_norm, weight, bounded.secure_aggregation.fractional_bits)
     most = largest_dimension(bound_sq)
     assert not bounded.training.local.corrects_drift  # the round's d is the parameters and the weight: d = D + 1
-    check_bounded_plan(bounded, "plan.toml")
-    check_bounded_plan(bounded, "plan.toml", most - 1)
-    assert f"limit at d = {most:,} " in bounded_soundness_line(bounded, most - 1)
+    sites = len(bounded.collaborators)
+    check_bounded_plan(bounded, sites, "plan.toml", None)
+    check_bounded_plan(bounded, sites, "plan.toml", most - 1)
+    assert f"limit at d = {most:,} " in bounded_soundness_line(bounded, sites, most - 1)
     with pytest.raises(ConfigError, match=rf"plan.toml: .* the model's dimension {most + 1:,}"):
-        check_bounded_plan(bounded, "plan.toml", most)
+        check_bounded_plan(bounded, sites, "plan.toml", most)
 
 
 def test_the_soundness_line_states_the_tests_the_error_and_the_bound_against_the_fields_limit() -> None:

@@ -52,7 +52,8 @@ from fedfair.runtime.contract import (
 )
 from fedfair.runtime.evaluation_figures import Earlier
 from fedfair.runtime.faults import maybe_die
-from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, check_bounded_plan
+from fedfair.runtime.plan.aggregator_plan import AggregatorPlan
+from fedfair.runtime.plan.kind_checks import check_plan_at_size
 from fedfair.runtime.preprocessing import STATISTICS_ROUND, encoder_payload
 from fedfair.runtime.report import verdicts
 from fedfair.runtime.state_files import holding
@@ -160,9 +161,11 @@ class RoundLoop:
         self.checkpoint = dataclasses.replace(start, state=placed(start.state, self.algorithm, self.output))
         del start
         self._start = None  # round 0's model (two float64 copies) goes once a round replaces self.checkpoint
-        # The model's size is known only now (a [schema]'s statistics make the model): a bound the field holds at
-        # no round of this model stops the federation here, naming it, rather than every party at every round.
-        check_bounded_plan(self.plan, str(self.plan.source), parameters(self.checkpoint.state))
+        # The model's size is known only now (a [schema]'s statistics make the model): a plan the training kind
+        # cannot run at this size stops the federation here, naming it, rather than every party at every round.
+        check_plan_at_size(
+            self.plan, len(self.plan.collaborators), str(self.plan.source), parameters(self.checkpoint.state)
+        )
         encoder = checkpoint_encoder(self.checkpoint)
         self.start_input = b"" if encoder is None else encoder_payload(encoder)
         first = self.checkpoint.round + 1

@@ -25,6 +25,7 @@ from fedfair.runtime.plan.aggregator_plan import AggregatorPlan, plan_content, p
 from fedfair.runtime.preprocessing import statistics_encoding
 from fedfair.runtime.report.page import refresh_report
 from fedfair.runtime.report.verdicts import progress_note
+from fedfair.runtime.state_files import holding
 from fedfair.runtime.stops import stop_name, stop_status
 from fedfair.secagg import check_no_wraparound
 
@@ -72,6 +73,7 @@ def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint | None:
     if resume:
         # The content goes into every later checkpoint, also of a run begun before it was kept.
         checkpoint = dataclasses.replace(load_checkpoint(output, digest, content), plan=content)
+        check_drift_correction(plan, checkpoint, output / CHECKPOINT_NAME)
         if checkpoint.round > plan.training.rounds:
             raise ConfigError(
                 f"the checkpoint is at round {checkpoint.round}, past the plan's {plan.training.rounds} rounds"
@@ -88,6 +90,27 @@ def prepare(plan: AggregatorPlan, *, resume: bool) -> Checkpoint | None:
     if plan.schema is not None:
         return None  # the model's size comes from the statistics aggregation (RoundLoop.federate_statistics)
     return Checkpoint(0, initial_state(plan), digest, plan=content)
+
+
+def check_drift_correction(plan: AggregatorPlan, checkpoint: Checkpoint, path: Path) -> None:
+    """Refuse a checkpoint whose state's control variate disagrees with the plan's drift correction.
+
+    The rounds read drift correction from the state (its control variate rides in every download and sum), the plan's
+    checks from ``[training] drift_correction``: they must be the same fact, or the round's length is not the one
+    the plan was checked at. The plan's digest names the setting, so only a state written otherwise (by hand, or by
+    another tool under this plan's digest) differs.
+
+    Raises:
+        ConfigError: naming what the state holds, what the plan says, and the fix.
+    """
+    planned = plan.training.local.drift_correction
+    if holding(checkpoint.state).has("control") == plan.training.local.corrects_drift:
+        return
+    held = "a control variate (drift correction)" if planned == "none" else "no control variate (no drift correction)"
+    raise ConfigError(
+        f'checkpoint {path} holds {held} but the plan\'s [training] drift_correction = "{planned}"; resume with '
+        "the plan the checkpoint was written under, or start afresh in another output folder (--output)"
+    )
 
 
 def serve_again(plan: AggregatorPlan, old: Network, address: str | None, events: EventLog) -> Network:

@@ -19,8 +19,6 @@ from fedfair.pki.names import validate_name
 from fedfair.runtime.failures import AUDITOR_REFUSED, plan_mismatch
 from fedfair.runtime.manifest import Manifest
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
-from fedfair.runtime.plan.bounded_noise import bounded_fractional_bits
-from fedfair.runtime.plan.input_bound import check_bounded_round
 
 REFUSE_AUDITORS = "refuse_auditors"
 """[collaborator] refuse_auditors: the auditor institutions this site refuses as a second verifier of its input."""
@@ -49,8 +47,7 @@ def check_input_bound(
 
     Raises:
         PermanentFailureError: ``auditor-refused`` (exit status EXIT_REFUSED) when `refused` names the auditor;
-            ``plan-mismatch`` when this site has no manifest to pin the auditor by, or the round cannot run the plan
-            as declared (:func:`~fedfair.runtime.plan.input_bound.check_bounded_round`).
+            ``plan-mismatch`` when this site has no manifest to pin the auditor by.
     """
     secure = shared.secure_aggregation
     auditor = secure.auditor
@@ -64,14 +61,3 @@ def check_input_bound(
             f"it names {auditor!r} as the auditor of its input bound, an institution only a manifest can pin; "
             f"set [collaborator] manifest in {config} to the federation's manifest that lists it",
         )
-    try:
-        check_bounded_round(
-            secure,
-            shared.influence.update_norm,
-            (shared.influence.weight_of(name, shared.batch_fraction) for name in manifest.collaborator_names),
-            bounded_fractional_bits(shared, shared.collaborator_count, 1),  # they do not depend on the model's size
-            "the aggregator's plan",
-            noised=shared.privacy.distributed,
-        )
-    except ConfigError as error:
-        raise plan_mismatch("collaborator", error) from None

@@ -52,6 +52,7 @@ from fedfair.runtime.composition_counts import composition_columns
 from fedfair.runtime.failures import FEDERATION_MISMATCH, LOCAL_PRIVACY, plan_mismatch
 from fedfair.runtime.manifest_plan import check_shared_settings
 from fedfair.runtime.plan.aggregator_plan import SharedSettings, json_object, load_shared_settings
+from fedfair.runtime.plan.kind_checks import check_plan_at_size
 from fedfair.runtime.plan.model import ModelSettings
 from fedfair.runtime.preprocessing import model_for, read_encoder_payload
 from fedfair.runtime.plan.privacy import privacy_shortfall
@@ -99,6 +100,22 @@ def initial_parameters(model: ModelSettings, seed: int, config: CollaboratorConf
     an honest one sends these values bit for bit; a factory is built only if this site's own config allows it.
     """
     return flat_parameters(model.build(seed, allowed=config.factories))
+
+
+def check_plan_fits(shared: SharedSettings, parameters: int | None) -> None:
+    """Refuse a plan the training kind's rounds cannot run at this site's model of `parameters` numbers.
+
+    The kind's own check (:func:`~fedfair.runtime.plan.kind_checks.check_plan_at_size`), as the aggregator runs it
+    before round 1; None: as the plan arrives, before the model is built (the bounds alone). A site so refused
+    says why before round 1 rather than failing every round.
+
+    Raises:
+        PermanentFailureError: ``plan-mismatch``, the check's message naming the cause and the fix.
+    """
+    try:
+        check_plan_at_size(shared, shared.collaborator_count, "the aggregator's plan", parameters)
+    except ConfigError as error:
+        raise plan_mismatch("collaborator", error) from None
 
 
 @dataclass(frozen=True)
@@ -154,6 +171,7 @@ def join(
         except ConfigError as error:
             raise plan_mismatch("collaborator", error) from None
     check_input_bound(shared, config.refused_auditors, config.manifest, config.source)
+    check_plan_fits(shared, None)  # no model is built yet: the training kind's bounds alone
     factory = shared.model.factory
     if factory is not None and factory not in config.factories:
         # Checked before anything is built: a plan is data, and only this institution's own config
@@ -273,6 +291,7 @@ def prepare(
     except ConfigError as error:  # [privacy] settings, or the accountant's state file
         raise PermanentFailureError(LOCAL_PRIVACY, reason=error, config=config.source) from None
     parameters = int(flat_parameters(learner.model).numel())
+    check_plan_fits(shared, parameters)
     evaluation_model = shared.model.build(allowed=config.factories).to(device)
     if shared.schema is None:
         return Prepared(trainer, learner, parameters, data, evaluation_model)  # say_joined says it once joined

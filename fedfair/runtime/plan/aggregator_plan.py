@@ -22,20 +22,15 @@ from typing import Any
 
 from fedfair.core.config import TrainingConfig
 from fedfair.core.errors import ConfigError, ManifestError
-from fedfair.core.update import update_dimension
 from fedfair.datasets.schema import Schema
 from fedfair.pki import validate_name
 from fedfair.pki.names import FEDERATION_ID_RE
 from fedfair.pki.roster import canonical_json
 from fedfair.runtime.manifest import Manifest, check_federation, federation_digest, load_manifest
 from fedfair.runtime.manifest_plan import check_bounds, check_pinned_settings
-from fedfair.runtime.plan.bounded_noise import bounded_fractional_bits
-from fedfair.runtime.plan.input_bound import (
-    NO_INPUT_BOUND,
-    check_auditor_independent,
-    check_bounded_round,
-    soundness_line,
-)
+from fedfair.runtime.plan import bounded_check as bounded_check  # registers the bounded sum's plan check
+from fedfair.runtime.plan.input_bound import NO_INPUT_BOUND, check_auditor_independent
+from fedfair.runtime.plan.kind_checks import check_plan_at_size
 from fedfair.runtime.plan.limits import MAX_COLLABORATORS
 from fedfair.runtime.plan.privacy import PlanPrivacy
 from fedfair.runtime.plan.learning_settings import LEARNING_SECTIONS, LearningSettings, read_learning
@@ -164,42 +159,8 @@ def parse_aggregator_plan(data: Mapping[str, Any], source: Path, *, check_manife
         )
     if loaded.manifest is not None and check_manifest:
         check_plan(loaded.manifest, loaded, shared_content(loaded))
-    check_bounded_plan(loaded, where)
+    check_plan_at_size(loaded, len(names), where)  # the model is not built yet: the kind's bounds alone
     return loaded
-
-
-def check_bounded_plan(plan: AggregatorPlan, where: str, parameters: int | None = None) -> None:
-    """Refuse a plan in the two-verifier mode whose bounds the proof's field cannot hold (:func:`check_bounded_round`).
-
-    `parameters`: the model's numbers, where the caller has built it (``plan show``, ``plan pin``, the aggregator
-    before its first round), so the round's dimension is held to the field too; None (loading a plan, before any
-    model is built) holds the bounds alone. Nothing is checked outside the mode.
-
-    Raises:
-        ConfigError: naming the bound, the dimension where it is the cause, and the fixes.
-    """
-    if not plan.secure_aggregation.bounds_inputs:  # the noise's bits are calibrated only where a bounded round runs
-        return
-    weight, bits, dimension = _bounded_shape(plan, parameters)
-    check_bounded_round(
-        plan.secure_aggregation,
-        plan.influence.update_norm,
-        [weight],
-        bits,
-        where,
-        noised=plan.privacy.distributed,
-        dimension=dimension,
-    )
-
-
-def bounded_soundness_line(plan: AggregatorPlan, parameters: int) -> str:
-    """What ``fedfair plan show`` says of the soundness of the plan's largest site's proof at `parameters` numbers.
-
-    Raises:
-        ConfigError: the plan's bounds do not fit the field at that size (:func:`check_bounded_plan` says why).
-    """
-    weight, bits, dimension = _bounded_shape(plan, parameters)
-    return soundness_line(plan.influence.update_norm, weight, bits, dimension)
 
 
 def model_parameters(plan: AggregatorPlan) -> int:
@@ -208,15 +169,6 @@ def model_parameters(plan: AggregatorPlan) -> int:
 
     model = plan.model.build(seed=plan.training.seed, allowed=plan.own_factories)
     return int(flat_parameters(model).numel())
-
-
-def _bounded_shape(plan: AggregatorPlan, parameters: int | None) -> tuple[float, int, int]:
-    """The largest site's weight (it has the largest bound), the bounded round's fractional bits, its dimension."""
-    names = plan.collaborators
-    weight = max((plan.influence.weight_of(name, plan.batch_fraction) for name in names), default=0.0)
-    bits = bounded_fractional_bits(plan, len(names), 1)  # they do not depend on the model's size
-    dimension = 1 if parameters is None else update_dimension(parameters, plan.training.local.corrects_drift)
-    return weight, bits, dimension
 
 
 def check_plan(manifest: Manifest, plan: AggregatorPlan, served: Mapping[str, Any]) -> None:

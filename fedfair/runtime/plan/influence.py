@@ -70,6 +70,16 @@ class InfluenceSettings:
             )
         return float(declared_batch(self.sizes[name], batch_fraction))
 
+    def largest_weight(self, batch_fraction: float) -> float:
+        """The largest agreed weight of any institution: 1 under "equal" weights, else the largest declared b_k.
+
+        A plan's sizes declare exactly its collaborators, so a party that knows the plan but not the names (a site)
+        finds the same largest weight as the aggregator.
+        """
+        if self.weights == "equal":
+            return 1.0
+        return max(self.weight_of(name, batch_fraction) for name in self.sizes)
+
     def weight_per_record(self, batch_fraction: float) -> float:
         """The largest w_k / b_k over the institutions the plan sizes: what one record's step is scaled by.
 

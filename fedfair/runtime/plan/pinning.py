@@ -45,25 +45,20 @@ def pin_plan(
     Each of `configs` (a plan.toml, a collaborator.toml or an auditor.toml) then names ``out`` as its manifest
     (:func:`name_manifest`); a config that cannot is refused before anything is written.
 
-    The plan is read without holding it to the manifest it names (it is the edit being
-    pinned) and then checked against the new manifest like any plan; under the input bound its model is built, so a
-    model too large for the proof's field at the plan's bound is refused here, not at every round. Returns the new
-    manifest's digest and the fields that changed since the old pin (None: it pinned none).
+    The plan is read without holding it to the manifest it names (it is the edit being pinned) and then checked
+    against the new manifest like any plan; where its training kind checks a plan at the model's size (the input
+    bound's: the proof's field) its model is built, so a model too large is refused here, not at every round.
+    Returns the new manifest's digest and the fields that changed since the old pin (None: it pinned none).
     """
     named = {config: name_manifest(config, out) for config in configs}
     from fedfair.runtime.manifest import load_manifest, manifest_digest
     from fedfair.runtime.manifest_plan import setting_differences
-    from fedfair.runtime.plan.aggregator_plan import (
-        check_bounded_plan,
-        check_plan,
-        load_aggregator_plan,
-        model_parameters,
-        shared_content,
-    )
+    from fedfair.runtime.plan.aggregator_plan import check_plan, load_aggregator_plan, model_parameters, shared_content
+    from fedfair.runtime.plan.kind_checks import check_plan_at_size, checks_plan_at_size
 
     plan = load_aggregator_plan(plan_path, check_manifest=False)
-    if plan.secure_aggregation.bounds_inputs:  # the round's dimension too: a model too large for the field
-        check_bounded_plan(plan, str(plan_path), model_parameters(plan))
+    if checks_plan_at_size(plan):  # the round's dimension too: a model too large for the kind's rounds
+        check_plan_at_size(plan, len(plan.collaborators), str(plan_path), model_parameters(plan))
     roster = load_manifest(manifest_path)
     content = shared_content(plan)
     pinned = dataclasses.replace(

@@ -10,6 +10,7 @@ import pytest
 
 from fedfair.core.errors import ConfigError
 from fedfair.pki.roster import canonical_json
+from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.aggregator.checkpoint import load_checkpoint, save_checkpoint
 from fedfair.runtime.aggregator.start import prepare
 from fedfair.runtime.local.workspace import make_workspace
@@ -73,3 +74,26 @@ def test_a_checkpoint_that_keeps_only_the_digest_says_so_and_resumes_into_one_th
     assert resumed is not None and resumed.plan == plan_content(plan)
     save_checkpoint(output, resumed)
     assert load_checkpoint(output, plan_digest(plan)).plan == plan_content(plan)
+
+
+@pytest.mark.parametrize(("planned", "held"), [("scaffold", "none"), ("none", "scaffold")])
+def test_a_checkpoint_whose_state_disagrees_with_the_plans_drift_correction_is_refused(
+    tmp_path: Path, planned: str, held: str
+) -> None:
+    """The rounds read drift correction from the state (its control variate), the plan's checks from the plan: a
+    checkpoint under this plan's digest whose state was made under the other setting is refused at start, naming
+    both, rather than running rounds of another length than the plan was checked at."""
+    workspace = new_workspace(tmp_path, NAMES)
+    plan, other = (load_aggregator_plan(workspace.plan, {"training": {"drift_correction": x}}) for x in (planned, held))
+    first_start(plan)
+    resumed = prepare(plan, resume=True)  # the state the plan made agrees with it
+    assert resumed is not None and (resumed.state.control is not None) is (planned == "scaffold")
+    made_otherwise = initial_state(other)  # round 0's state as the other setting makes it
+    assert (made_otherwise.control is not None) is (held == "scaffold")
+    save_checkpoint(plan.aggregator.output, dataclasses.replace(resumed, state=made_otherwise))
+    with pytest.raises(ConfigError) as refused:
+        prepare(plan, resume=True)
+    said = str(refused.value)
+    variate = "a control variate (drift correction)" if held == "scaffold" else "no control variate (no drift"
+    assert f"holds {variate}" in said and f'[training] drift_correction = "{planned}"' in said, said
+    assert "resume with the plan the checkpoint was written under" in said
