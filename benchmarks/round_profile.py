@@ -46,10 +46,13 @@ STEPS: dict[str, tuple[str, str, str]] = {
     "chain: model sent": ("fedfair.runtime.collaborator.chain", "ModelChain", "sent"),
     "chain: sum verified": ("fedfair.runtime.collaborator.chain", "ModelChain", "verified"),
     "chain: anchor kept": ("fedfair.runtime.collaborator.chain_record", "AnchorRecord", "write"),
+    "outcome: record saved": ("fedfair.runtime.collaborator.outcome", "OutcomeRecord", "_save"),
 }
 """Each timed step: its label, then its module, class and method (the same names at every commit compared; a step
 a tree lacks is not timed there). ``chain: anchor kept`` is part of ``chain: sum verified``: the anchor written
-and synced before the site's verdict leaves (issue 97), which the reference 6692f28 did not keep."""
+and synced before the site's verdict leaves (issue 97), which the reference 6692f28 did not keep. ``outcome: record
+saved`` is one rewrite of the site's outcome record (its models included), which every round, plain or secure, makes
+two or three of."""
 
 
 def length_of(instance: Any, arguments: tuple[Any, ...]) -> int:

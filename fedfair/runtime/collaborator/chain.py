@@ -483,8 +483,7 @@ class ModelChain:
                     expected = model_download(expected, builtin)
                 # Bit for bit, dtype and zero signs included: equal by value would leave the aggregator a choice
                 # no comparison sees (a zero's sign, a wider copy), and a download is exactly what it must send.
-                compared = sent[start + at : start + at + expected.size]
-                if compared.dtype != expected.dtype or compared.tobytes() != expected.tobytes():
+                if not _same_bits(sent[start + at : start + at + expected.size], expected):
                     return False
         return True
 
@@ -504,6 +503,18 @@ class ModelChain:
         if control is not None and not self._downloaded(state, "control", control, narrowed=False):
             said += "; the control variate differs"
         return said
+
+
+def _same_bits(sent: np.ndarray, expected: np.ndarray) -> bool:
+    """Whether `sent` is `expected` bit for bit: dtype, zero signs and NaN payloads included.
+
+    Compared as unsigned integers of the values' width, in place: bytes objects of both (``tobytes``) were two
+    copies of every slice, 0.6 ms of a site's model check a call at d = 10^6.
+    """
+    if sent.dtype != expected.dtype or sent.shape != expected.shape:
+        return False
+    bits = np.dtype(f"u{expected.dtype.itemsize}")
+    return bool(np.array_equal(sent.view(bits), expected.view(bits)))
 
 
 def _fixed_point(logged: LoggedSum) -> DecodedSum:

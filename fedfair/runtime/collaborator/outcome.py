@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from fedfair.core.files import atomic_write
-from fedfair.runtime.collaborator.archives import HEADERS, read_header, write_archive
+from fedfair.runtime.collaborator.archives import HEADERS, Member, read_header, write_archive
 from fedfair.runtime.collaborator.trajectory import Stored, ServedModel, Trajectory, Values, served_model
 
 logger = logging.getLogger("fedfair.collaborator")
@@ -133,10 +133,16 @@ class OutcomeRecord:
             raise ValueError(f"the record's {member} is a {dtype} array of shape {shape}")
         return Stored(self.path, member, dtype, shape[0])
 
+    def _kept(self, values: Values) -> Values | Member:
+        """`values` as the next save writes them: a model this record's file holds already, copied as it stands."""
+        if isinstance(values, Stored) and values.path == self.path:
+            return Member(self.path, values.member)
+        return values
+
     def _save(self) -> None:
         """Write the record, then let go of any model it held in memory: the file holds it now."""
         trajectory = self._trajectory
-        arrays: dict[str, Values] = {
+        arrays: dict[str, Values | Member] = {
             "contributed": np.array(sorted(r for r, standing in self._rounds.items() if standing), dtype=np.int64),
             "aborted": np.array(sorted(r for r, standing in self._rounds.items() if not standing), dtype=np.int64),
             "following": np.array(trajectory.following),
@@ -157,11 +163,11 @@ class OutcomeRecord:
             arrays["refused_detail"] = np.array(self._refusal.detail)
         for prefix, model in (("output", self._output), ("last", trajectory.last)):
             if model is not None:
-                arrays[f"{prefix}_theta"] = model.theta
+                arrays[f"{prefix}_theta"] = self._kept(model.theta)
                 arrays[f"{prefix}_round"] = np.array(model.round, dtype=np.int64)
                 arrays[f"{prefix}_c"] = np.array(model.c, dtype=np.float64)
         if trajectory.average is not None:
-            arrays["average_theta"] = trajectory.average
+            arrays["average_theta"] = self._kept(trajectory.average)
             arrays["average_c"] = np.array(trajectory.average_c, dtype=np.float64)
             arrays["scale"] = np.array(trajectory.scale, dtype=np.float64)
         # Straight into the file, a model stored or an average formed a slice at a time: neither is held whole.

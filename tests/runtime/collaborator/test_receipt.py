@@ -446,3 +446,25 @@ def test_the_record_keeps_the_served_models_in_its_file_not_the_callers_arrays(t
     assert record.output is not None and isinstance(record.output.theta, Stored)  # read a slice at a time
     assert np.array_equal(whole(record.output.theta), sent)
     assert record.output_mismatch() is None
+
+
+def test_a_save_that_changes_no_model_copies_the_models_as_they_stand(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Round 2's sum held this update: the record is saved again with the same models, which are copied from the
+    file it replaces, not read back as values (issue 97: 12 MB read, checksummed and written a save at d = 10^6);
+    reloaded, the record holds them bit for bit and still checks the output model."""
+    path = tmp_path / "site-a.fed.outcome.npz"
+    sent, output = run_server(3, set(), 0)
+    record = OutcomeRecord(path, 0)
+    for model in sent[:2]:
+        record.training_model(model.round, model.theta, model.c)
+    with monkeypatch.context() as patch:
+        patch.setattr(Stored, "slices", lambda _: pytest.fail("a model kept unchanged was read back"))
+        record.held(2)
+    again = OutcomeRecord(path, 0)
+    assert again.contributed == 1  # round 2, held
+    for model in sent[2:]:
+        again.training_model(model.round, model.theta, model.c)
+    again.output_model(output.round, output.theta, output.c)
+    assert OutcomeRecord(path, 0).output_mismatch() is None
