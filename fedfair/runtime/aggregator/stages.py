@@ -6,7 +6,12 @@ peer answered and the grace that bounds a laggard (:class:`StageTiming`) in a st
 
 A stage is settled when the protocol says it has what it needs (the optional
 ``ready`` predicate of :meth:`~fedfair.runtime.aggregator.board.Board.open_stage`), or when
-no expected peer is still owed an answer. A peer is owed nothing once it has
+no expected peer is still owed an answer. A peer is owed nothing once it has uploaded or withdrawn, or was refused
+and has no upload in progress (which may be its corrected retry), nor once it is gone for the rest of the round: it
+has no task stream, or had none for a moment this round (a restarted process has lost its round state). At a stage its
+round's kind declares rejoinable (:attr:`~fedfair.secagg.round.StageSpec.rejoinable`) a collaborator gone is owed its
+answer all the same, until the stage's deadline: what the stage needs it kept on disk, and a restarted process that
+reconnects while the stage is open is handed its task (:meth:`~fedfair.runtime.aggregator.board.Board.stream_tasks`).
 
 Why: docs/design.md, "Inside the aggregator".
 """
@@ -212,6 +217,8 @@ class OpenStage:
     timeout_at: float
     ready: StageReady | None
     timing: StageTiming
+    rejoinable: bool = False
+    """Whether a collaborator whose task stream ended may take the stage on a new one (:attr:`~fedfair.secagg.round.StageSpec.rejoinable`)."""
     accepted: set[str] = field(default_factory=set)
     withdrawn: set[str] = field(default_factory=set)
     refused: set[str] = field(default_factory=set)

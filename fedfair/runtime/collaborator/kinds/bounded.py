@@ -144,13 +144,14 @@ def share(me: Participant, work: Work, inputs: StageInput) -> bytes:
 def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
     """DECIDE: :func:`answer` the verdict record, as this process's site or, restarted since SHARE, as the one it kept.
 
-    The kept settlement (:mod:`.bounded_settlement`) is removed once the record is answered, however that ends.
+    The kept settlement (:mod:`.bounded_settlement`) is removed once the record is answered, however that ends (a
+    restarted process that cannot take its part up withdraws: that ends it too).
 
     Raises:
         What :func:`answer` and :func:`resumed` raise.
     """
-    held = work.client if isinstance(work.client, SiteRound) else resumed(me, work, inputs)
     try:
+        held = work.client if isinstance(work.client, SiteRound) else resumed(me, work, inputs)
         return answer(me, work, held, inputs)
     finally:
         drop_settlement(me)
