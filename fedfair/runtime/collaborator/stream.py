@@ -266,6 +266,27 @@ class TaskStream:
         self._work = Work(binding.round, stages, None, 0.0, released=True)
         return self._work
 
+    def _leave_stage(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> None:
+        """Withdraw from the stage `binding` (an empty upload) as this process stops there, where the stage is rejoinable.
+
+        The aggregator waits at a rejoinable stage for a site whose task stream ended, as a new process of it may
+        take the stage up (:attr:`~fedfair.secagg.round.StageSpec.rejoinable`); a site that stops on purpose says so,
+        so that the round waits no longer for it. The refusal stands whatever the upload meets.
+        """
+        spec = self.aggregations.spec(WireStage.of(binding))
+        if spec is None or not spec.rejoinable:
+            return
+        try:
+            self.submit(stub, binding, b"")
+        except grpc.RpcError as error:
+            logger.debug(
+                "%s: round %d %s: the withdrawal was not taken (%s)",
+                self.config.name,
+                binding.round,
+                self.aggregations.name(WireStage.of(binding)),
+                error.code(),
+            )
+
     def _verifies_after(self, binding: pb.Binding) -> bool:
         """Whether `binding` is the UNMASK stage of an aggregation this site goes on to verify (verified aggregation)."""
         work = self._work
@@ -344,6 +365,7 @@ class TaskStream:
         except VerificationError as error:
             # Not a withdrawal: the aggregator showed a sum that is not the survivors' (or would not let it be
             # checked). No model made from it is applied, and no bundle kept after it: the site stops here.
+            self._leave_stage(stub, binding)
             raise self._refuse_sum(binding.round, error) from None
         except (RefusedError, ProtocolError, ConfigError, WireError) as error:
             if isinstance(error, RefusedError) and error.reason is not Refusal.WITHDRAWN:
