@@ -503,9 +503,11 @@ class Board:
             return True
         if peer not in self._streams:
             return False
-        if peer not in self._departed:
-            return True
-        rejoined, at = self._rejoined.get(peer), WireStage.of(stage.binding)
+        return peer not in self._departed or self._took_up_before(peer, WireStage.of(stage.binding))
+
+    def _took_up_before(self, peer: str, at: WireStage) -> bool:
+        """(Lock held.) Whether a new stream of `peer` took up a rejoinable stage of `at`'s aggregation before `at`."""
+        rejoined = self._rejoined.get(peer)
         return rejoined is not None and rejoined.aggregation == at.aggregation and rejoined.step < at.step
 
     def _takes_up(self, peer: str, binding: pb.Binding) -> bool:
@@ -518,9 +520,8 @@ class Board:
         """
         at = WireStage.of(binding)
         with self._changed:
-            rejoined = self._rejoined.get(peer)
-            if rejoined is not None:
-                return rejoined.aggregation == at.aggregation and rejoined.step < at.step
+            if peer in self._rejoined:
+                return self._took_up_before(peer, at)
             stage = self._stage
             if (
                 stage is None
