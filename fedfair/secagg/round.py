@@ -9,6 +9,7 @@ the party's step, the server's receive and close, and its size limits. Each kind
 :class:`SecureRound` registered by name (:func:`register_round_kind`), whose server keeps :class:`SecureSum`: the
 masked round (:data:`fedfair.secagg.masked_round.SECURE_ROUND`) and the bounded one
 (:data:`fedfair.secagg.bounded.stages.BOUNDED_ROUND`).
+One idea: what a kind of round declares, stage by stage, for every runner to take in that order and no other.
 """
 
 from __future__ import annotations

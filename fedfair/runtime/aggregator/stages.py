@@ -4,14 +4,10 @@ The open stage's record, the handler that absorbs an upload (whatever it raises 
 peer answered and the grace that bounds a laggard (:class:`StageTiming`) in a stage and in a round
 (:class:`RoundGrace`), and the progress the operator is shown while a stage waits.
 
-A stage is settled when the protocol says it has what it needs (the optional
-``ready`` predicate of :meth:`~fedfair.runtime.aggregator.board.Board.open_stage`), or when
-no expected peer is still owed an answer. A peer is owed nothing once it has uploaded or withdrawn, or was refused
-and has no upload in progress (which may be its corrected retry), nor once it is gone for the rest of the round: it
-has no task stream, or had none for a moment this round (a restarted process has lost its round state). At a stage its
-round's kind declares rejoinable (:attr:`~fedfair.secagg.round.StageSpec.rejoinable`) a collaborator gone is owed its
-answer all the same, until the stage's deadline: what the stage needs it kept on disk, and a restarted process that
-reconnects while the stage is open is handed its task (:meth:`~fedfair.runtime.aggregator.board.Board.stream_tasks`).
+A stage is settled when the protocol says it has what it needs (``ready``), or when no expected peer is owed an
+answer: one is owed nothing once it uploaded, withdrew, or was refused with no upload in progress, nor once it is gone
+for the rest of the round (no task stream, or none for a moment this round), but at a stage its kind declares
+rejoinable (:attr:`~fedfair.secagg.round.StageSpec.rejoinable`), where a collaborator gone is owed until the deadline.
 
 Why: docs/design.md, "Inside the aggregator".
 """
