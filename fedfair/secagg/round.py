@@ -9,6 +9,7 @@ the party's step, the server's receive and close, and its size limits. Each kind
 :class:`SecureRound` registered by name (:func:`register_round_kind`), whose server keeps :class:`SecureSum`: the
 masked round (:data:`fedfair.secagg.masked_round.SECURE_ROUND`) and the bounded one
 (:data:`fedfair.secagg.bounded.stages.BOUNDED_ROUND`).
+One idea: what a kind of round declares, stage by stage, for every runner to take in that order and no other.
 """
 
 from __future__ import annotations
@@ -272,6 +273,10 @@ class AnyStage(Protocol):
         """Whether a party may take the stages after it without it (:attr:`StageSpec.skippable`)."""
 
     @property
+    def rejoinable(self) -> bool:
+        """Whether a party's restarted process may take the stage (:attr:`StageSpec.rejoinable`)."""
+
+    @property
     def words(self) -> str:
         """What a report calls the stage (:attr:`StageSpec.words`)."""
 
@@ -310,6 +315,11 @@ class StageSpec(Generic[PartyT, ServerT, InputT, UploadT]):
         and refuses another), so a server that asks twice gets the same answer.
     skippable: a party may take the stages after this one without it (a stage the server may close before every
         party answered: one it never asked takes part in the next all the same).
+    rejoinable: a party whose process restarted after it took the stages before may take this stage, and the round's
+        stages after it: what the party needs here it kept on disk before its last upload (the bounded sum's DECIDE:
+        its settlement), and every party this stage addresses contributed already. A runtime hands a restarted
+        party's new connection this stage while it is open, and waits for a party whose connection ended until the
+        stage's deadline, as its return may still answer it.
     words: what a reader of a federation's report calls the stage ("": its wire name in lower case).
     input_bytes: the largest input a party reads for the stage, from the roster's size and the most words a sum
         of the aggregation may hold (:func:`roster_input` unless the input carries a sum).
@@ -331,6 +341,7 @@ class StageSpec(Generic[PartyT, ServerT, InputT, UploadT]):
     uploaders: Uploaders = Uploaders.PARTIES
     repeatable: bool = False
     skippable: bool = False
+    rejoinable: bool = False
     words: str = ""
     input_bytes: Callable[[int, int], int] = field(default_factory=lambda: roster_input)
 

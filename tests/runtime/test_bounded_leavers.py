@@ -117,6 +117,9 @@ def test_a_record_tampered_for_one_site_costs_that_site_and_its_round_where_inpu
     assert aggregator.wait(300) == 3, processes.tail()  # round 1 aborted, and the plan allows none
     first, second = read_round_log(workspace.output)
     assert first["status"] == "aborted" and "no tags of the bounded sum's total from site-c" in first["reason"], first
+    # Site-c withdrew as it stopped: DECIDE, which waits for a site whose stream ended (a restart may take it up), did
+    # not wait its deadline for it.
+    assert first["answer_seconds"]["STAGE_BOUNDED_DECIDE"]["site-c"] is not None, first["answer_seconds"]
     if noised:
         assert second["status"] == "applied" and sorted(second["contributors"]) == ["site-a", "site-b"], second
     else:

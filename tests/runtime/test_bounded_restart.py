@@ -3,9 +3,8 @@
 At the plug-in level, with a real restart of the collaborator's state: the round runs through the runtime's own
 pieces (:func:`tests.runtime.test_bounded_round.run_round`: the aggregator's driver and server, the sites' steps, the
 auditor's state, the federation's real certificates), and a restarted site is a new Participant made from the same
-settings, with a new Work that holds nothing of the round: all it has of its SHARE is what its folder kept. Not as
-processes: the aggregator's board counts a site whose task stream ended as gone for the rest of the round (a process
-restarted mid-round started its stream afresh), so a restarted process is not sent that round's DECIDE yet.
+settings, with a new Work that holds nothing of the round: all it has of its SHARE is what its folder kept. As
+processes, a site killed after its SHARE upload and started again: tests/runtime/test_bounded_settlement_processes.py.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import pytest
 import tests.runtime.test_bounded_round as round_module
 from fedfair.runtime.collaborator.kinds.bounded_settlement import kept_round, settlement_path
 from fedfair.runtime.collaborator.stream import TaskStream
+from fedfair.runtime.contract import EVALUATION, Aggregations
 from fedfair.runtime.transport import pb
 from fedfair.runtime.transport.stage_gate import make_binding
 from fedfair.secagg.bounded import field
@@ -24,7 +25,7 @@ from fedfair.secagg.bounded.shares import helper_expansion
 from tests.runtime.test_bounded_restart import with_folders
 from tests.runtime.test_bounded_round import Federation, bounded, run_round  # noqa: F401 (the fixture)
 from tests.runtime.test_input_bound import federation  # noqa: F401 (the fixture)
-from tests.runtime.wire_stages import WIRE
+from tests.runtime.wire_stages import BOUNDED_TRAINING, WIRE
 
 
 class Aborted(Exception):
@@ -97,11 +98,18 @@ def test_a_restarted_process_keeps_its_settlement_only_while_the_federation_is_a
     aborted_after_share(bounded, monkeypatch)
     sent: list[bytes] = []
     for name, me in bounded.sites.items():
-        # A restarted process: no Work, so every stage task is sat out with an empty upload.
-        stream = types.SimpleNamespace(_work=None, participant=me, submit=lambda stub, binding, data: sent.append(data))
+        # A restarted process: no Work, so every stage task but a rejoinable one (DECIDE, which it would take up from
+        # the file) is sat out with an empty upload.
+        stream = types.SimpleNamespace(
+            _work=None,
+            participant=me,
+            submit=lambda stub, binding, data: sent.append(data),
+            aggregations=Aggregations(BOUNDED_TRAINING, EVALUATION),
+        )
+        stream._taken_up = types.MethodType(TaskStream._taken_up, stream)
         for round_number, kept in ((1, True), (2, False)):
             task = pb.Task(
-                binding=make_binding(bounded.loaded.federation_id, round_number, WIRE["STAGE_BOUNDED_DECIDE"])
+                binding=make_binding(bounded.loaded.federation_id, round_number, WIRE["STAGE_BOUNDED_VERIFY"])
             )
             TaskStream.step(stream, None, task)  # type: ignore[arg-type]
             path = settlement_path(me)

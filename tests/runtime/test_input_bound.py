@@ -270,6 +270,7 @@ def test_plan_show_under_two_verifiers_describes_the_bounded_sums_check(
     assert "re-sum" not in out.replace("no site re-sums", "")
     assert "training sums: bounded sums, each checked by every accepted site's tags" in out, out
     assert "a site that leaves after sharing and before its tags voids that round" in out, out
+    assert "unless its process, started again before DECIDE's deadline (which waits for it), answers" in out, out
     # Without training noise (init's plan) the leaver's limit, and a refused record's, as docs/security.md states them.
     assert "keeps the model as it is for the rest of the federation, which ends in bounded time (exit 3)" in out, out
     assert (

@@ -27,7 +27,7 @@ from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.aggregator.stages import OpenStage, StageProgress, StageReady, StageTiming, UploadHandler
 from fedfair.runtime.aggregator.stages import error_summary, input_for
 from fedfair.runtime.aggregator.starts import Starts
-from fedfair.runtime.transport import NOT_EXPECTED, Pieces, pb, task_with_input
+from fedfair.runtime.transport import NOT_EXPECTED, Pieces, WireStage, pb, task_with_input
 
 TASK_WAIT_SECONDS = 30.0
 """A task stream re-checks that its RPC is alive at least this often; an ended RPC normally
@@ -84,6 +84,8 @@ class Board:
         self._stage: OpenStage | None = None
         self._round = 0
         self._departed: set[str] = set()
+        # Collaborators gone this round whose new task stream took up a rejoinable stage of it: peer -> that stage.
+        self._rejoined: dict[str, WireStage] = {}
         # Peers an aborted round waited for in vain while their streams stayed open (frozen or hung processes):
         # absent from the quorum until they are heard from again.
         self._unanswered: set[str] = set()
@@ -109,8 +111,8 @@ class Board:
         with self._changed:
             self._streams[peer] = self._streams.get(peer, 0) + 1
             self._unanswered.discard(peer)
-            # Opened with `after` before the round in progress: a process that restarted or
-            # joined late has none of this round's state, so it starts with the next round.
+            # Opened with `after` before the round in progress: a process that restarted or joined late has none of
+            # this round's state, so it starts with the next round, but for a rejoinable stage (:meth:`_takes_up`).
             stale_round = self._round if after.round < self._round else None
             delivered = self._delivered.get(peer)
             seen = None if delivered is None else min(position(after), delivered)
@@ -217,6 +219,7 @@ class Board:
             self._tasks = {}
             self.offers.clear()
             self._departed = set()
+            self._rejoined = {}
             self._generation += 1
             self._tasks_changed.notify_all()
 
@@ -282,7 +285,8 @@ class Board:
         seen from an earlier aggregator process (killed, then resumed) does not hide the
         round it re-runs. A stream opened before the round then in progress (a
         collaborator process that restarted, or joined late) sits that round out and
-        starts with the next one. The stream ends when `is_active()` turns false; the
+        starts with the next one, but for the task of a rejoinable stage open for it and the rest of that
+        aggregation (:meth:`_takes_up`). The stream ends when `is_active()` turns false; the
         RPC's termination callback notifies the board (e.g. through :meth:`disconnect`)
         so that happens at once.
         """
@@ -302,7 +306,9 @@ class Board:
             for task in pending:
                 sent += 1
                 at = position(task.binding)
-                if (seen is None or at > seen) and task.binding.round != stale_round:
+                if (seen is None or at > seen) and (
+                    task.binding.round != stale_round or self._takes_up(peer, task.binding)
+                ):
                     self._record_delivery(peer, at)
                     yield task
             if final is not None and not pending:
@@ -344,8 +350,13 @@ class Board:
         timeout: float,
         ready: StageReady | None = None,
         timing: StageTiming | None = None,
+        rejoinable: bool = False,
     ) -> None:
         """Open a stage for `expected` peers and send each its task.
+
+        With `rejoinable` (its kind's :attr:`~fedfair.secagg.round.StageSpec.rejoinable`), a collaborator of
+        `expected` whose task stream ended is waited for until the deadline, and a new stream of it is handed the
+        stage's task while the stage is open (:meth:`stream_tasks`).
 
         `timing` (given, or made) records when each answers, and its grace may end the stage before `timeout`
         (:class:`StageTiming`).
@@ -361,7 +372,7 @@ class Board:
         with self._changed:
             timing.opened = self._clock()
             self._stage = OpenStage(
-                binding, peers, inputs, handler, max_upload_bytes, timing.opened + timeout, ready, timing
+                binding, peers, inputs, handler, max_upload_bytes, timing.opened + timeout, ready, timing, rejoinable
             )
         per_peer = {peer: input_for(inputs, peer) for peer in peers}
         self.publish(sorted(peers), binding, pb.ACTION_RUN, deadline_seconds=timeout, inputs=per_peer)
@@ -450,11 +461,11 @@ class Board:
 
         def owed() -> list[str]:
             # Lock held. The peers still owed an answer that can still give one.
-            pending = stage.expected - stage.accepted - stage.withdrawn - self._departed
+            pending = stage.expected - stage.accepted - stage.withdrawn
             return sorted(
                 peer
                 for peer in pending
-                if peer in self._streams and (peer not in stage.refused or peer in self._uploading)
+                if self._may_answer(stage, peer) and (peer not in stage.refused or peer in self._uploading)
             )
 
         def settled() -> bool:
@@ -480,6 +491,49 @@ class Board:
                 reported = True
         if reported and progress is not None:
             progress(over)
+
+    def _may_answer(self, stage: OpenStage, peer: str) -> bool:
+        """(Lock held.) Whether `peer` can still answer `stage`: it follows the round, or may come back to this stage.
+
+        A peer gone for the rest of the round (:meth:`disconnect`) cannot, but a collaborator at a rejoinable stage,
+        which a new process of it takes up from what it kept (:meth:`_takes_up`), and at the later stages of that
+        aggregation once its new stream took it up.
+        """
+        if stage.rejoinable and peer not in self.verifiers:
+            return True
+        if peer not in self._streams:
+            return False
+        return peer not in self._departed or self._took_up_before(peer, WireStage.of(stage.binding))
+
+    def _took_up_before(self, peer: str, at: WireStage) -> bool:
+        """(Lock held.) Whether a new stream of `peer` took up a rejoinable stage of `at`'s aggregation before `at`."""
+        rejoined = self._rejoined.get(peer)
+        return rejoined is not None and rejoined.aggregation == at.aggregation and rejoined.step < at.step
+
+    def _takes_up(self, peer: str, binding: pb.Binding) -> bool:
+        """Whether a stream of `peer` opened before this round began is handed the task `binding` of this round.
+
+        The task of a rejoinable stage that is open and expects `peer`, a collaborator that has not answered it (a
+        process restarted since its contribution, which kept on disk what the stage needs); then, once its stream
+        took it up, the later stages of that aggregation (its abort included, which is bound to its last). Never a
+        task of a stage that closed before the stream took it up, nor of the round's other aggregations.
+        """
+        at = WireStage.of(binding)
+        with self._changed:
+            if peer in self._rejoined:
+                return self._took_up_before(peer, at)
+            stage = self._stage
+            if (
+                stage is None
+                or not stage.rejoinable
+                or stage.binding != binding
+                or peer in self.verifiers
+                or peer not in stage.expected - stage.accepted - stage.withdrawn
+            ):
+                return False
+            self._rejoined[peer] = at
+            self._changed.notify_all()
+            return True
 
     def close_stage(self) -> tuple[frozenset[str], int]:
         """Close the open stage; return who uploaded to it and how many bytes arrived."""

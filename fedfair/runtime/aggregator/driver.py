@@ -192,11 +192,13 @@ class SumDriver:
         *,
         ready: StageReady | None = None,
         kept: bytes | None = None,
+        rejoinable: bool = False,
     ) -> frozenset[str]:
         """Run one stage (until everyone answered, `ready` says the protocol has enough, or the deadline).
 
         `kept`: where each party is sent its own input, the part they are all sent alike, kept for a site that
-        missed the round (:attr:`~fedfair.secagg.round.Opening.shared`). Return who uploaded to it.
+        missed the round (:attr:`~fedfair.secagg.round.Opening.shared`); `rejoinable`: a restarted site may take the
+        stage up (:attr:`~fedfair.secagg.round.StageSpec.rejoinable`). Return who uploaded to it.
         """
         started = time.perf_counter()
         timeout = self.settings.stage_timeout
@@ -212,6 +214,7 @@ class SumDriver:
             timeout=timeout,
             ready=ready,
             timing=timing,
+            rejoinable=rejoinable,
         )
         # Kept for a site that misses a training round, once it applies (.past_rounds), where the round's kind lets
         # it check one afterwards (SecureRound.keeps_past_rounds): written while the sites work.
@@ -376,7 +379,17 @@ class SumDriver:
         size = spec.upload_bytes(config)
         kept = None if opening.shared is None else opening.shared.to_bytes()
         uploaded = self._stage(
-            round_number, stages, stages.wire(spec), expected, inputs, handler, size, outcome, ready=ready, kept=kept
+            round_number,
+            stages,
+            stages.wire(spec),
+            expected,
+            inputs,
+            handler,
+            size,
+            outcome,
+            ready=ready,
+            kept=kept,
+            rejoinable=spec.rejoinable,
         )
         del inputs, kept  # a claimed sum's d + 1 words: the board's parts hold them no longer than the stage
         refused = sorted(expected - uploaded)

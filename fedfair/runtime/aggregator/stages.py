@@ -4,9 +4,10 @@ The open stage's record, the handler that absorbs an upload (whatever it raises 
 peer answered and the grace that bounds a laggard (:class:`StageTiming`) in a stage and in a round
 (:class:`RoundGrace`), and the progress the operator is shown while a stage waits.
 
-A stage is settled when the protocol says it has what it needs (the optional
-``ready`` predicate of :meth:`~fedfair.runtime.aggregator.board.Board.open_stage`), or when
-no expected peer is still owed an answer. A peer is owed nothing once it has
+A stage is settled when the protocol says it has what it needs (``ready``), or when no expected peer is owed an
+answer: one is owed nothing once it uploaded, withdrew, or was refused with no upload in progress, nor once it is gone
+for the rest of the round (no task stream, or none for a moment this round), but at a stage its kind declares
+rejoinable (:attr:`~fedfair.secagg.round.StageSpec.rejoinable`), where a collaborator gone is owed until the deadline.
 
 Why: docs/design.md, "Inside the aggregator".
 """
@@ -212,6 +213,8 @@ class OpenStage:
     timeout_at: float
     ready: StageReady | None
     timing: StageTiming
+    rejoinable: bool = False
+    """Whether a collaborator whose task stream ended may take the stage on a new one (:attr:`~fedfair.secagg.round.StageSpec.rejoinable`)."""
     accepted: set[str] = field(default_factory=set)
     withdrawn: set[str] = field(default_factory=set)
     refused: set[str] = field(default_factory=set)

@@ -212,14 +212,37 @@ class ModelChain:
         a round between applied that this site did not check (not kept), so it cannot bridge to this one.
         """
         assert round_number in self.missed(round_number)  # the caller's to ask
+        state = self._made(round_number, model)
+        self._stranded = state is None
+        return state
+
+    def taken_up(self, round_number: int, model: str) -> None:
+        """Hold training round `round_number`'s model again, after a restart lost it, where this chain made it.
+
+        A process restarted after its contribution left (a bounded round's SHARE) lost the anchor its check of the
+        round's model made, which only memory holds until a sum steps it. `model` is the model digest of the round's
+        parameters that this site checked against that model before its contribution left, kept with it: the state
+        of that digest among :meth:`ran_on`'s candidates is the round's. Where none is, nothing is held, and no total
+        of the round is stepped (as for a round whose model this site did not check).
+        """
+        if round_number not in self.missed(round_number):
+            return
+        state = self._made(round_number, model)
+        if state is not None:
+            self._take(Anchor(round_number, state))
+
+    def _made(self, round_number: int, model: str) -> HeldState | None:
+        """The state of model digest `model` among those round `round_number`, after the anchor's, may run on.
+
+        The step of the anchor's verified sum, or the anchor's own state (the rounds since void); without an anchor, the
+        plan's initial state.
+        """
         anchor = self._held()
         if anchor is None:
             candidates = [self._start(round_number)]
         else:
             candidates = [anchor.state] if anchor.next is None or not anchor.verified else [anchor.next, anchor.state]
-        state = next((state for state in candidates if self._digest(state) == model), None)
-        self._stranded = state is None
-        return state
+        return next((state for state in candidates if self._digest(state) == model), None)
 
     def caught_up(
         self, round_number: int, state: HeldState, words: np.ndarray, survivors: Collection[str], encoder: Encoder

@@ -244,6 +244,49 @@ class TaskStream:
         self._work = None
         drop_settlement(self.participant)
 
+    def _taken_up(self, binding: pb.Binding) -> Work | None:
+        """The round of a stage task this process did not start, where it may take it up; None where it sits it out.
+
+        A stage its kind declares rejoinable (:attr:`~fedfair.secagg.round.StageSpec.rejoinable`), which the
+        aggregator hands a restarted process that contributed before its restart: the round's work holds nothing of
+        it, and the kind's step takes up what it kept on disk (the bounded sum's DECIDE: its settlement), or withdraws.
+        """
+        at = WireStage.of(binding)
+        stages = self.aggregations.of(at)
+        spec = None if stages is None else stages.specs.get(at)
+        if stages is None or spec is None or not spec.rejoinable:
+            return None
+        logger.info(
+            "%s: round %d %s: this process did not start the round; taking it up from what it kept",
+            self.config.name,
+            binding.round,
+            stages.name(at),
+        )
+        # Its contribution left before the restart: the round has it (released), and the step finds nothing to wait for.
+        self._work = Work(binding.round, stages, None, 0.0, released=True)
+        return self._work
+
+    def _leave_stage(self, stub: pb_grpc.FederationStub, binding: pb.Binding) -> None:
+        """Withdraw from the stage `binding` (an empty upload) as this process stops there, where the stage is rejoinable.
+
+        The aggregator waits at a rejoinable stage for a site whose task stream ended, as a new process of it may
+        take the stage up (:attr:`~fedfair.secagg.round.StageSpec.rejoinable`); a site that stops on purpose says so,
+        so that the round waits no longer for it. The refusal stands whatever the upload meets.
+        """
+        spec = self.aggregations.spec(WireStage.of(binding))
+        if spec is None or not spec.rejoinable:
+            return
+        try:
+            self.submit(stub, binding, b"")
+        except grpc.RpcError as error:
+            logger.debug(
+                "%s: round %d %s: the withdrawal was not taken (%s)",
+                self.config.name,
+                binding.round,
+                self.aggregations.name(WireStage.of(binding)),
+                error.code(),
+            )
+
     def _verifies_after(self, binding: pb.Binding) -> bool:
         """Whether `binding` is the UNMASK stage of an aggregation this site goes on to verify (verified aggregation)."""
         work = self._work
@@ -301,6 +344,8 @@ class TaskStream:
         at = WireStage.of(binding)
         work = self._work
         if work is None or work.round != binding.round or at not in work.stages.uploads:
+            work = self._taken_up(binding)
+        if work is None:
             # A task for a round this process did not start (it restarted mid-round): sit it out. A settlement kept
             # before the restart is of no use once the federation is at another round.
             drop_settlement(self.participant, keeping=binding.round)
@@ -320,6 +365,7 @@ class TaskStream:
         except VerificationError as error:
             # Not a withdrawal: the aggregator showed a sum that is not the survivors' (or would not let it be
             # checked). No model made from it is applied, and no bundle kept after it: the site stops here.
+            self._leave_stage(stub, binding)
             raise self._refuse_sum(binding.round, error) from None
         except (RefusedError, ProtocolError, ConfigError, WireError) as error:
             if isinstance(error, RefusedError) and error.reason is not Refusal.WITHDRAWN:

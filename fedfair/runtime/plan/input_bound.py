@@ -160,8 +160,10 @@ def bounded_check_lines(trained_noise: bool) -> list[str]:
         "tags of its total; no site re-sums the shares, so the check is sound against the aggregator alone, not "
         "against a colluding site (the model still moves no further than the plan's sum bound)",
         f"a site that leaves after sharing and before its tags voids that round (the total cannot be checked "
-        f"without them); {leaver}; a site that refuses its verdict record (FORGED: one the aggregator tampered "
-        "with) tags nothing and is such a leaver; a site lost after its tags costs no round",
+        f"without them) unless its process, started again before DECIDE's deadline (which waits for it), answers "
+        f"the verdict record from what it kept at SHARE; {leaver}; a site that refuses its verdict record (FORGED: "
+        "one the aggregator tampered with) tags nothing and is such a leaver; a site lost after its tags costs no "
+        "round",
         "a site whose proof fails is left out and named a liar by every site's own check of the verdict record; a "
         "site the aggregator's false verifier message leaves out shows it with the part it sent the aggregator, and "
         "every site refuses the round naming the aggregator (FRAMED); both verifiers sign their messages under the "

@@ -255,6 +255,7 @@ DECIDE_STAGE = StageSpec[BoundedSite | Auditor, BoundedServer, VerdictRecord, Si
     unready="no bounded share was sent this round",
     withheld=BoundedServer.tags_withheld,
     uploaders=Uploaders.PARTIES | Uploaders.AUDITOR,
+    rejoinable=True,  # a site restarted since SHARE answers the record from its kept settlement
 )
 
 

@@ -319,3 +319,114 @@ def test_a_site_an_aborted_round_waited_for_in_vain_is_absent_until_heard_from()
     board.unanswered(["site-c"])
     board.connect("site-c", make_binding("f", 1, WIRE["STAGE_JOIN"]))  # so does a new task stream
     assert board.connected() == {"site-a", "site-c"}
+
+
+# ---------------------------------------------------------------- a restarted process and a rejoinable stage
+
+DECIDE = make_binding("f", 2, WIRE["STAGE_BOUNDED_DECIDE"])
+VERIFY = make_binding("f", 2, WIRE["STAGE_BOUNDED_VERIFY"])
+
+
+def restarted_after_share(*, rejoinable: bool = True, expected: Iterable[str] = ("site-a", "site-b")) -> Board:
+    """Round 2 of a bounded sum: site-a's process took TRAIN and SHARE, then died (its stream ended); DECIDE opens."""
+    board = Board("digest")
+    starts = {name: board.connect(name, make_binding("f", 1, WIRE["STAGE_JOIN"])) for name in NAMES}
+    board.new_round(2)
+    for stage in ("STAGE_TRAIN", "STAGE_BOUNDED_SHARE"):
+        board.publish(NAMES, make_binding("f", 2, WIRE[stage]), pb.ACTION_RUN)
+    dead = board.stream_tasks("site-a", starts["site-a"], lambda: True)
+    assert positions([next(dead), next(dead)]) == [(2, WIRE["STAGE_TRAIN"]), (2, WIRE["STAGE_BOUNDED_SHARE"])]
+    dead.close()
+    board.disconnect("site-a")
+    board.open_stage(
+        DECIDE,
+        expected,
+        b"record",
+        lambda peer, payload: None,
+        max_upload_bytes=1,
+        timeout=600.0,
+        rejoinable=rejoinable,
+    )
+    return board
+
+
+def test_a_rejoinable_stage_waits_for_a_site_whose_process_died_and_hands_its_new_process_the_task() -> None:
+    board = restarted_after_share()
+    waiter = waiting(board)
+    board.deliver("site-b", DECIDE, b"tags")
+    assert still_waits(waiter)  # gone, but a new process of it may take DECIDE up from what it kept
+    fresh = stream(board, "site-a", make_binding("f", 0, WIRE["STAGE_JOIN"]))  # a new process: no round state
+    task = next(fresh)
+    assert positions([task]) == [(2, WIRE["STAGE_BOUNDED_DECIDE"])] and task.input == b"record"
+    board.deliver("site-a", DECIDE, b"tags")
+    assert settles(waiter)
+    assert board.close_stage() == (frozenset({"site-a", "site-b"}), 8)
+
+
+def test_a_site_that_took_a_rejoinable_stage_up_takes_the_rest_of_its_aggregation_and_no_other() -> None:
+    board = restarted_after_share()
+    fresh = stream(board, "site-a", make_binding("f", 0, WIRE["STAGE_JOIN"]))
+    assert positions([next(fresh)]) == [(2, WIRE["STAGE_BOUNDED_DECIDE"])]
+    board.deliver("site-a", DECIDE, b"tags")
+    board.deliver("site-b", DECIDE, b"tags")
+    board.close_stage()
+    # VERIFY is not rejoinable, but site-a's new stream took this aggregation up: it is handed VERIFY and owed it.
+    board.open_stage(VERIFY, ["site-a", "site-b"], b"tags", lambda peer, payload: None, max_upload_bytes=1, timeout=600)
+    waiter = waiting(board)
+    board.deliver("site-b", VERIFY, b"accepted")
+    assert positions([next(fresh)]) == [(2, WIRE["STAGE_BOUNDED_VERIFY"])]
+    assert still_waits(waiter)
+    board.deliver("site-a", VERIFY, b"accepted")
+    assert settles(waiter)
+    board.close_stage()
+    # The round's evaluation is another aggregation, which the process did not start: it sits it out, unwaited.
+    evaluate = make_binding("f", 2, WIRE["STAGE_EVALUATE"])
+    board.publish(NAMES, evaluate, pb.ACTION_RUN)
+    advertise = make_binding("f", 2, WIRE["STAGE_EVAL_ADVERTISE_KEYS"])
+    board.open_stage(advertise, NAMES, b"p", lambda peer, payload: None, max_upload_bytes=1, timeout=600.0)
+    waiter = waiting(board)
+    for name in ("site-b", "site-c"):
+        board.deliver(name, advertise, b"key")
+    assert settles(waiter)
+    board.close_stage()
+    board.new_round(3)
+    board.publish(NAMES, make_binding("f", 3, WIRE["STAGE_TRAIN"]), pb.ACTION_RUN)
+    assert positions([next(fresh)]) == [(3, WIRE["STAGE_TRAIN"])]
+
+
+def test_a_site_back_after_the_rejoinable_stage_closed_sits_the_round_out() -> None:
+    board = restarted_after_share()
+    waiter = waiting(board)
+    board.deliver("site-b", DECIDE, b"tags")
+    board.deliver("site-a", DECIDE, b"")  # the process could not take its part up: it withdrew
+    assert settles(waiter)
+    board.close_stage()
+    board.open_stage(VERIFY, ["site-b"], b"tags", lambda peer, payload: None, max_upload_bytes=1, timeout=600.0)
+    board.close_stage()
+    board.finish(make_binding("f", 2, WIRE["STAGE_EVAL_UNMASK"]))
+    later = list(stream(board, "site-a", make_binding("f", 0, WIRE["STAGE_JOIN"])))
+    assert [task.action for task in later] == [pb.ACTION_FINISHED]
+
+
+def test_a_stage_not_declared_rejoinable_neither_waits_for_nor_hands_a_restarted_process_anything() -> None:
+    board = restarted_after_share(rejoinable=False)
+    waiter = waiting(board)
+    board.deliver("site-b", DECIDE, b"tags")
+    assert settles(waiter)  # site-a is gone for the rest of the round, as before
+    board.finish(make_binding("f", 2, WIRE["STAGE_EVAL_UNMASK"]))
+    fresh = list(stream(board, "site-a", make_binding("f", 0, WIRE["STAGE_JOIN"])))
+    assert [task.action for task in fresh] == [pb.ACTION_FINISHED]
+
+
+def test_a_rejoinable_stage_waits_for_no_verifier_whose_stream_ended() -> None:
+    """The auditor keeps nothing of a round on disk for DECIDE: gone, it is not waited for, nor handed the stage."""
+    board = restarted_after_share(expected=("site-b", "audit-co"))
+    board.verifiers = frozenset({"audit-co"})
+    board.connect("audit-co", make_binding("f", 2, WIRE["STAGE_JOIN"]))
+    board.disconnect("audit-co")
+    waiter = waiting(board)
+    board.deliver("site-b", DECIDE, b"tags")
+    assert settles(waiter)
+    board.finish(make_binding("f", 2, WIRE["STAGE_EVAL_UNMASK"]))
+    fresh = list(stream(board, "audit-co", make_binding("f", 0, WIRE["STAGE_JOIN"])))
+    assert [task.action for task in fresh] == [pb.ACTION_FINISHED]

@@ -144,13 +144,14 @@ def share(me: Participant, work: Work, inputs: StageInput) -> bytes:
 def decide(me: Participant, work: Work, inputs: StageInput) -> bytes:
     """DECIDE: :func:`answer` the verdict record, as this process's site or, restarted since SHARE, as the one it kept.
 
-    The kept settlement (:mod:`.bounded_settlement`) is removed once the record is answered, however that ends.
+    The kept settlement (:mod:`.bounded_settlement`) is removed once the record is answered, however that ends (a
+    restarted process that cannot take its part up withdraws: that ends it too).
 
     Raises:
         What :func:`answer` and :func:`resumed` raise.
     """
-    held = work.client if isinstance(work.client, SiteRound) else resumed(me, work, inputs)
     try:
+        held = work.client if isinstance(work.client, SiteRound) else resumed(me, work, inputs)
         return answer(me, work, held, inputs)
     finally:
         drop_settlement(me)
@@ -160,7 +161,8 @@ def resumed(me: Participant, work: Work, record: StageInput) -> SiteRound:
     """This site as it stood after SHARE of `work`'s round, from what it kept there: a restart lost it from memory.
 
     The round's parameters were checked against the plan before the parts left; they are derived again from the kept
-    copy, with every relayed certificate checked against the manifest again.
+    copy, with every relayed certificate checked against the manifest again, and the model chain takes the round's
+    model up again by the digest they state (:meth:`~fedfair.runtime.collaborator.chain.ModelChain.taken_up`).
 
     Raises:
         RefusedError: reason :attr:`Refusal.WITHDRAWN` when this site kept nothing of this round (it did not share it
@@ -184,6 +186,9 @@ def resumed(me: Participant, work: Work, record: StageInput) -> SiteRound:
             f"the verdict record is of another run of round {work.round} than the one this site shared in before its "
             "restart: its update is in no sum of this run",
         )
+    # Its model chain held the round's model, which it checked before its parts left, in memory alone: taken up by
+    # the model digest it shared under, so that VERIFY steps the total as it would have.
+    me.chain.taken_up(work.round, parameters.model)
     held = SiteRound(site, config.parties)
     work.client = held
     logger.info(

@@ -4,8 +4,9 @@ A framed site clears itself only with the part it sent the aggregator and the sh
 (:class:`~fedfair.secagg.bounded.peers.Settlement`). It keeps them, with the round's public parameters, in
 ``NAME.FEDERATION.bounded_settlement``: written atomically before its parts leave, 0600 (the two shares together are
 its update), one round at a time, and removed once that round ends for the site, however it ends
-(:func:`drop_settlement`). It is used only where a participant that lost its round state is still handed that
-round's DECIDE; a restarted process is not, yet, so there the file only waits for its round to end.
+(:func:`drop_settlement`). It is used where a participant that lost its round state is still handed that round's
+DECIDE: a process restarted after its SHARE upload, which the aggregator hands the round's DECIDE while that stage is
+open (DECIDE is :attr:`~fedfair.secagg.round.StageSpec.rejoinable`).
 
 Why: docs/security.md, "A framed site".
 """
