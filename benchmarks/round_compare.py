@@ -26,13 +26,13 @@ they move the peak resident memory; ``live_peak_ratio``, this checkout's median 
 (goal: at most 1.05).
 
 With ``--paired`` (``round_paired.py``) the two trees instead run at once, secure rounds only, taking turns round
-by round in ABBA order: each of R measured rounds (default 12) is a paired sample of a party's CPU in both trees on
-the same machine state, so a host that reclaims freed pages, which moved whole runs' ratio by 0.11 between runs,
-cannot favour one tree. Reported per size: the median of the per-round ratios with a distribution-free interval,
-for the party's CPU, its user CPU alone and the process's CPU, and a party's user and system CPU and minor page
-faults a round in each tree (``results/round_compare_paired.json``). It takes about 4 minutes at d = 10^6, n = 10
-and 5 at d = 10^7, n = 3 on 2 shared cores, and holds both trees' federations at once (about 2 GB each at
-d = 10^6, n = 10).
+by round in ABBA order, K times a size (``--runs``): each of a run's R measured rounds (``--rounds``, default 8)
+is a paired sample of a party's CPU in both trees on the same machine state, so a host that reclaims freed pages
+cannot favour one tree. Reported per size: the median of the pooled per-round ratios with a distribution-free
+interval, and each run's median, for the party's CPU, its user CPU alone and the process's CPU; a party's user and
+system CPU and minor page faults a round in each tree (``results/round_compare_paired.json``). With the defaults
+(3 runs of 8 rounds) it takes about 6 minutes at d = 10^6, n = 10 and 7 at d = 10^7, n = 3 on 2 shared cores,
+and holds both trees' federations at once (about 2 GB each at d = 10^6, n = 10).
 
 ``make bench-round`` runs the comparison against the pinned reference and prints the table; run it after any
 change to the secure round's code path (secagg, the collaborator's steps, the chain, the transport) and before
@@ -223,7 +223,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--reference-tree", type=Path, help="an existing checkout of the reference (default: one made under build/)"
     )
-    parser.add_argument("--runs", type=int, default=RUNS, help=f"runs of each tree per size (default {RUNS})")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=RUNS,
+        help=f"runs of each tree per size (with --paired: lock-step runs; default {RUNS})",
+    )
     parser.add_argument(
         "--paired",
         action="store_true",
@@ -233,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         "--rounds",
         type=int,
         default=round_paired.ROUNDS,
-        help=f"with --paired: measured rounds a size, each a paired sample (default {round_paired.ROUNDS})",
+        help=f"with --paired: measured rounds a run, each a paired sample (default {round_paired.ROUNDS})",
     )
     parser.add_argument(
         "--memory-runs",
@@ -259,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--rounds must be at least 2 (each measured round is one paired sample)")
     trees = {"head": ROOT, "reference": (args.reference_tree or checkout(args.reference)).resolve()}
     if args.paired:
-        paired = [round_paired.paired(dimension, parties, trees, args.rounds) for dimension, parties in args.sizes]
+        paired = [
+            round_paired.paired(dimension, parties, trees, args.rounds, args.runs) for dimension, parties in args.sizes
+        ]
         for result in paired:
             print(round_paired.printed(result), file=sys.stderr)
         publish(
@@ -270,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                 "seconds on each thread's clock, split into user and system time, with the minor page faults",
                 "reference": args.reference,
                 "measured_rounds": args.rounds,
+                "runs": args.runs,
                 "results": paired,
             },
             args.json,

@@ -15,11 +15,17 @@ them (0.53-0.70 CPU s for 320 MB, against 0.063 into just-freed pages), and whic
 machine state within each pair; ABBA has each tree run first in half the pairs and, in turn, straight after its own
 round or after two of the other's, so neither order nor the gap favours one tree over the whole run.
 
+Each lock-step run is a pair of fresh processes, and a process's own state moves its figures from one run to the
+next (which party's allocator hands it freed memory and which must fault in fresh pages: a party's faults in a
+round range from 0 to 7,000 at d = 10^6): so ``round_compare --paired`` makes K runs a size (``--runs``), the tree
+that starts alternating, and pools their pairs.
+
 Reported per size, for each tree and measured round: the median over parties of a party's CPU seconds in the
 round, and of its user and system CPU seconds and its minor page faults (round_profile's per-thread usage); the
 whole process's CPU in the round (the aggregator and gRPC's threads too). Then per pair the ratio this tree /
 the reference for the party CPU, the party user CPU and the process CPU, their median and a distribution-free
-interval for it (:func:`median_interval`: the sign test's order statistics, at least 95% where the pairs allow).
+interval for it (:func:`median_interval`: the sign test's order statistics, at least 95% where the pairs allow),
+and each run's median.
 User CPU and the faults counted are what the code does; system CPU and the faults' cost are what the host's
 reclaiming moves: a ratio of user CPU near 1 beside a total above it says the difference is the machine's.
 """
@@ -39,9 +45,9 @@ from typing import Any
 
 import round_profile
 
-ROUNDS = 12
-"""Measured rounds a size by default, each a paired sample (with 12 the interval is the 3rd to the 10th ratio); each
-tree also runs a warm-up round before them and an unmeasured round after them."""
+ROUNDS = 8
+"""Measured rounds a run by default, each a paired sample; each tree also runs a warm-up round before them and an
+unmeasured round after them."""
 CONFIDENCE = 0.95
 PARTY_FIGURES = ("cpu_seconds", "user_seconds", "system_seconds", "minor_faults")
 """What round_profile accounts for each party in a round, and the median over parties of each is reported."""
@@ -160,40 +166,52 @@ def median_interval(values: list[float], confidence: float = CONFIDENCE) -> dict
     return {"low": ordered[j - 1], "high": ordered[count - j], "coverage": coverage(j)}
 
 
-def paired(dimension: int, parties: int, trees: dict[str, Path], rounds: int) -> dict[str, Any]:
-    """Both trees (``head`` and ``reference``) at (d, n) in lock-step over `rounds` measured rounds: each tree's
-    figures per round and overall, and the paired ratios with their medians and intervals."""
-    return {
-        "dimension": dimension,
-        "parties": parties,
-        **compared(lock_step(dimension, parties, trees, rounds), rounds),
-    }
+def paired(dimension: int, parties: int, trees: dict[str, Path], rounds: int, runs: int) -> dict[str, Any]:
+    """Both trees (``head`` and ``reference``) at (d, n) in `runs` lock-step runs of `rounds` measured rounds each,
+    the tree that starts alternating between runs: each tree's figures, and the paired ratios pooled over the runs
+    with their medians and intervals (see :func:`compared`)."""
+    names = list(trees)
+    documents = [
+        lock_step(dimension, parties, {name: trees[name] for name in names[:: 1 if index % 2 == 0 else -1]}, rounds)
+        for index in range(runs)
+    ]
+    return {"dimension": dimension, "parties": parties, **compared(documents, rounds)}
 
 
-def compared(documents: dict[str, dict[str, Any]], rounds: int) -> dict[str, Any]:
-    """The lock-step runs' `documents` (``head`` first, then ``reference``) over `rounds` measured rounds: each
-    tree's figures per round and overall, and the paired ratios with their medians and intervals."""
+def compared(runs: list[dict[str, dict[str, Any]]], rounds: int) -> dict[str, Any]:
+    """The lock-step `runs` (each its trees' profile documents, ``head`` and ``reference``, in the order they took
+    turns) over `rounds` measured rounds each: each tree's figures per round (every run's in turn) and their
+    medians, and per ratio of :data:`RATIOS` every pair's, their median and interval, and each run's median.
+
+    A run's pairs share its two processes, whose own state (which freed memory each party's allocator hands back,
+    which pages then fault) differs from one run to the next: each run's median shows that spread, which the
+    interval over the pooled pairs does not include.
+    """
     measured = range(2, rounds + 2)  # round 1 is the warm-up (it loads the compiled kernels), the last ends the run
-    figures = {name: per_round(document, measured) for name, document in documents.items()}
+    figures = [{name: per_round(document, measured) for name, document in run.items()} for run in runs]
     result: dict[str, Any] = {
         "measured_rounds": rounds,
-        "first_in_pair": [first_then_second(list(documents), round_number)[0] for round_number in measured],
+        "runs": len(runs),
+        "first_in_pair": [first_then_second(list(run), number)[0] for run in runs for number in measured],
     }
-    for name, document in documents.items():
-        (bench,) = document["bench"]["results"]
+    for name in ("head", "reference"):
+        pooled = {key: [value for run in figures for value in run[name][key]] for key in figures[0][name]}
         result[name] = {
-            **{f"secure_{key}": statistics.median(values) for key, values in figures[name].items()},
-            "secure_each_round": figures[name],
-            "secure_peak_rss_mb_each": [bench["peak_rss_mb"]],
-            "step_cpu_seconds": round_profile.step_medians([document]),
+            **{f"secure_{key}": statistics.median(values) for key, values in pooled.items()},
+            "secure_each_round": pooled,
+            "secure_peak_rss_mb_each": [run[name]["bench"]["results"][0]["peak_rss_mb"] for run in runs],
+            "step_cpu_seconds": round_profile.step_medians([run[name] for run in runs]),
         }
     for ratio, figure in RATIOS.items():
-        each = [
-            mine / theirs for mine, theirs in zip(figures["head"][figure], figures["reference"][figure], strict=True)
+        each_run = [
+            [mine / theirs for mine, theirs in zip(run["head"][figure], run["reference"][figure], strict=True)]
+            for run in figures
         ]
-        result[f"secure_{ratio}_ratios"] = each
-        result[f"secure_{ratio}_ratio"] = statistics.median(each)
-        result[f"secure_{ratio}_ratio_interval"] = median_interval(each)
+        every = [value for run in each_run for value in run]
+        result[f"secure_{ratio}_ratios"] = every
+        result[f"secure_{ratio}_ratio"] = statistics.median(every)
+        result[f"secure_{ratio}_ratio_interval"] = median_interval(every)
+        result[f"secure_{ratio}_ratio_each_run"] = [statistics.median(run) for run in each_run]
     head, reference = result["head"]["step_cpu_seconds"], result["reference"]["step_cpu_seconds"]
     result["steps"] = {
         label: {"head": head.get(label), "reference": reference.get(label)}
@@ -204,12 +222,17 @@ def compared(documents: dict[str, dict[str, Any]], rounds: int) -> dict[str, Any
 
 def printed(result: dict[str, Any]) -> str:
     """One size's paired comparison as lines of text: each ratio with its interval, then each tree's figures."""
-    lines = [f"d = {result['dimension']:,}, n = {result['parties']}, {result['measured_rounds']} pairs of rounds:"]
+    lines = [
+        f"d = {result['dimension']:,}, n = {result['parties']}, {result['runs']} runs of "
+        f"{result['measured_rounds']} pairs of rounds:"
+    ]
     for ratio in RATIOS:
         interval = result[f"secure_{ratio}_ratio_interval"]
         lines.append(
             f"  {ratio.replace('_', ' ')} ratio {result[f'secure_{ratio}_ratio']:.3f}x "
-            f"[{interval['low']:.3f}, {interval['high']:.3f}] ({100 * interval['coverage']:.1f}%); each pair: "
+            f"[{interval['low']:.3f}, {interval['high']:.3f}] ({100 * interval['coverage']:.1f}%); each run: "
+            + ", ".join(f"{value:.3f}" for value in result[f"secure_{ratio}_ratio_each_run"])
+            + "; each pair: "
             + ", ".join(f"{value:.2f}" for value in result[f"secure_{ratio}_ratios"])
         )
     for name in ("head", "reference"):
@@ -219,6 +242,7 @@ def printed(result: dict[str, Any]) -> str:
             f"({1000 * tree['secure_party_user_seconds']:.1f} user, {1000 * tree['secure_party_system_seconds']:.1f} "
             f"system), {tree['secure_party_minor_faults']:,.0f} minor faults; the process "
             f"{1000 * tree['secure_process_cpu_seconds']:.0f} ms ({1000 * tree['secure_process_system_seconds']:.0f} "
-            f"system), {tree['secure_process_minor_faults']:,.0f} faults; peak {tree['secure_peak_rss_mb_each'][0]:.0f} MB"
+            f"system), {tree['secure_process_minor_faults']:,.0f} faults; peak MB "
+            + ", ".join(f"{peak:.0f}" for peak in tree["secure_peak_rss_mb_each"])
         )
     return "\n".join(lines)

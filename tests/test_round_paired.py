@@ -84,11 +84,14 @@ def test_two_trees_in_lock_step_never_overlap_and_account_every_party_in_every_r
         for number in range(1, rounds + 3)
         for name in round_paired.first_then_second(["head", "reference"], number)
     ]
-    result = round_paired.compared(documents, rounds)
-    assert result["first_in_pair"] == ["reference", "head", "reference"]
+    # Two runs' worth of pairs: the same documents twice, the second as if the reference had started.
+    result = round_paired.compared([documents, dict(reversed(documents.items()))], rounds)
+    assert result["first_in_pair"] == ["reference", "head", "reference", "head", "reference", "head"]
     for ratio in round_paired.RATIOS:
         each = result[f"secure_{ratio}_ratios"]
-        assert len(each) == rounds and all(math.isfinite(value) and value > 0 for value in each), ratio
+        assert len(each) == 2 * rounds and all(math.isfinite(value) and value > 0 for value in each), ratio
+        assert each[:rounds] == each[rounds:], ratio  # pairs are head over reference whichever started
         interval = result[f"secure_{ratio}_ratio_interval"]
         assert interval["low"] <= result[f"secure_{ratio}_ratio"] <= interval["high"]
+        assert result[f"secure_{ratio}_ratio_each_run"] == [result[f"secure_{ratio}_ratio"]] * 2, ratio
     assert result["steps"]["MASK"]["head"] > 0 and result["steps"]["MASK"]["reference"] > 0
