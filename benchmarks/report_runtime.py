@@ -732,8 +732,9 @@ def round_compare(name: str, document: Mapping[str, Any]) -> Section:
             if traced
             else ""
         )
-        + "Run `make bench-round` after a change to the secure round's path (secagg, the collaborator's steps, its "
-        "model chain, the transport) and before merging it; it prints this comparison.",
+        + "Whole runs one after the other let whichever tree runs on pages the host has reclaimed pay for them: "
+        "the CPU ratio moves by 0.1 between runs of the same trees, and `make bench-round` runs the lock-step "
+        "comparison (the next section) instead; this one gives the plain rounds and the peaks.",
     ]
     return Section(
         "A secure round against the reference commit: CPU per party, per step, and peak memory",
@@ -750,7 +751,7 @@ def round_compare_paired(name: str, document: Mapping[str, Any]) -> Section:
     results = document["results"]
     header = ["d", "n", "pairs", "party CPU (ms)", "reference (ms)", "ratio [interval] (each run)", "within goal"]
     header += ["user CPU (ms)", "reference (ms)", "user ratio", "system CPU (ms)", "reference (ms)"]
-    header += ["minor faults", "reference", "process CPU ratio"]
+    header += ["minor faults", "reference", "process CPU ratio", "peak MB (reference)"]
     rows = [
         [count(row["dimension"]), str(row["parties"]), f"{row['runs']} × {row['measured_rounds']}"]
         + [cpu_ms(row[tree]["secure_party_cpu_seconds"]) for tree in ("head", "reference")]
@@ -760,6 +761,7 @@ def round_compare_paired(name: str, document: Mapping[str, Any]) -> Section:
         + [cpu_ms(row[tree]["secure_party_system_seconds"]) for tree in ("head", "reference")]
         + [f"{row[tree]['secure_party_minor_faults']:,.0f}" for tree in ("head", "reference")]
         + [paired_ratio(row, "process_cpu")]
+        + [f"{peaks(row['head']['secure_peak_rss_mb_each'])} ({peaks(row['reference']['secure_peak_rss_mb_each'])})"]
         for row in results
     ]
     coverage = min(row["secure_party_cpu_ratio_interval"]["coverage"] for row in results)
@@ -776,9 +778,10 @@ def round_compare_paired(name: str, document: Mapping[str, Any]) -> Section:
         f"party at most {ROUND_CPU_GOAL:.2f}× the reference's; within goal says yes where the whole interval is "
         "below it, no where the whole interval is above it, and open where it spans the goal. User CPU and the "
         "minor page faults (a party's round, the median) are what the code does; system CPU is where this VM's "
-        "host reclaiming freed pages shows. The process CPU counts the aggregator's and gRPC's threads too. Run "
-        "`make bench-round` after a change to the secure round's path and before merging it; it prints this "
-        "comparison.",
+        "host reclaiming freed pages shows. The process CPU counts the aggregator's and gRPC's threads too; the "
+        "peaks are each run's process's (the aggregator and every party). Run `make bench-round` after a change "
+        "to the secure round's path (secagg, the collaborator's steps, its model chain, the transport) and before "
+        "merging it; it prints this comparison.",
     ]
     return Section(
         "A secure round against the reference commit, round by round in lock-step: CPU per party, user and system",

@@ -365,6 +365,7 @@ def test_the_paired_round_compare_section_gives_each_ratio_its_interval_and_says
             "secure_party_user_seconds": user,
             "secure_party_system_seconds": cpu - user,
             "secure_party_minor_faults": 13960.0,
+            "secure_peak_rss_mb_each": [1215.0, 1190.4],
         }
 
     def ratios(median: float, low: float, high: float) -> dict[str, Any]:
@@ -391,8 +392,8 @@ def test_the_paired_round_compare_section_gives_each_ratio_its_interval_and_says
     page = report_module().render(tmp_path)
     assert (
         "| 1,000,000 | 10 | 3 × 8 | 830 | 709 | 1.040× [0.910, 1.210] (0.91, 1.21) | open | 340 | 309 "
-        "| 1.000× [0.950, 1.050] (0.95, 1.05) | 490 | 400 | 13,960 | 13,960 | 0.970× [0.850, 1.090] (0.85, 1.09) |"
-        in page
+        "| 1.000× [0.950, 1.050] (0.95, 1.05) | 490 | 400 | 13,960 | 13,960 | 0.970× [0.850, 1.090] (0.85, 1.09) "
+        "| 1,215, 1,190 (1,215, 1,190) |" in page
     )
     assert "| 10,000,000 | 3 | 3 × 8 | 830 | 709 | 1.050× [1.010, 1.080] (1.01, 1.08) | yes |" in page
     assert "| 10 | 3 | 3 × 8 | 830 | 709 | 1.200× [1.150, 1.300] (1.15, 1.30) | no |" in page
