@@ -129,13 +129,16 @@ bench: setup
 	$(PY) benchmarks/rerun.py $(if $(ONLY),--only $(ONLY))
 	$(PY) benchmarks/report.py
 
-# A secure round's CPU per party, each party step's and the peak memory against the pinned reference commit
-# (benchmarks/round_compare.py: d = 10^6 at n = 10 and d = 10^7 at n = 3, interleaved, CPU seconds), its ratios
-# printed and kept in benchmarks/results/round_compare.json; about 15 minutes on 2 cores. Run it after a change to
-# the secure round's path (secagg, the collaborator's steps and chain, the transport) and before merging it.
+# A secure round's CPU per party (user and system), each party step's and the peak memory against the pinned
+# reference commit (benchmarks/round_compare.py --paired: d = 10^6 at n = 10 and d = 10^7 at n = 3, both trees at
+# once taking turns round by round, 3 runs of 8 paired rounds, CPU seconds), its ratios with their intervals printed
+# and kept in benchmarks/results/round_compare_paired.json; about 14 minutes on 2 cores. Run it after a change to
+# the secure round's path (secagg, the collaborator's steps and chain, the transport) and before merging it. The
+# plain rounds and the live peaks: round_compare.py without --paired (results/round_compare.json).
 ROUND_REFERENCE ?= 6692f28
 bench-round: setup
-	nice $(PY) benchmarks/round_compare.py --reference $(ROUND_REFERENCE) --json benchmarks/results/round_compare.json
+	nice $(PY) benchmarks/round_compare.py --paired --reference $(ROUND_REFERENCE) \
+	  --json benchmarks/results/round_compare_paired.json
 
 clean:
 	rm -rf $(VENV) $(FLOWER_VENV) build *.egg-info

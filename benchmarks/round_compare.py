@@ -1,6 +1,7 @@
 """A secure round's CPU and memory against a pinned earlier commit: per party, per step, interleaved.
 
     python benchmarks/round_compare.py [--reference COMMIT] [--runs K] [--sizes D:N ...] [--json PATH]
+    python benchmarks/round_compare.py --paired [--rounds R] [--reference COMMIT] [--sizes D:N ...] [--json PATH]
 
 For each size (d parameters, n collaborators; by default d = 10^6 with n = 10 and d = 10^7 with n = 3) the
 script runs ``round_bench.py --quick`` (plain and secure federations, collaborators as threads of one
@@ -22,16 +23,27 @@ each tree, and their difference: where a round's extra CPU goes. Then ``--memory
 ``plain_live_peak_mb_each``, the most memory a run's federation held live at once, numpy arrays and Python objects
 counted as they are freed, which the host's reclaiming and the allocator's keeping of freed memory cannot move as
 they move the peak resident memory; ``live_peak_ratio``, this checkout's median over the reference's, per setting
-(goal: at most 1.05). ``make bench-round`` runs this against the
-pinned reference and prints the table; run it after any change to the secure round's code path (secagg, the
-collaborator's steps, the chain, the transport) and before merging it.
+(goal: at most 1.05).
+
+With ``--paired`` (``round_paired.py``) the two trees instead run at once, secure rounds only, taking turns round
+by round in ABBA order, K times a size (``--runs``): each of a run's R measured rounds (``--rounds``, default 8)
+is a paired sample of a party's CPU in both trees on the same machine state, so a host that reclaims freed pages
+cannot favour one tree. Reported per size: the median of the pooled per-round ratios with a distribution-free
+interval, and each run's median, for the party's CPU, its user CPU alone and the process's CPU; a party's user and
+system CPU and minor page faults a round in each tree (``results/round_compare_paired.json``). With the defaults
+(3 runs of 8 rounds) it takes about 4 minutes at d = 10^6, n = 10 and 10 at d = 10^7, n = 3 on 2 shared cores,
+and holds both trees' federations at once (about 2 GB each at d = 10^6, n = 10).
+
+``make bench-round`` runs the paired comparison against the pinned reference and prints the table (the same two
+trees' pooled ratio moved 0.014 between two such runs at d = 10^6, n = 10, where whole runs' moved 0.11); run it
+after any change to the secure round's code path (secagg, the collaborator's steps, the chain, the transport) and
+before merging it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -39,6 +51,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import round_profile
+import round_paired
 from published import publish
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,11 +80,9 @@ def run_tree(tree: Path, dimension: int, parties: int, live_memory: bool = False
     """
     with tempfile.TemporaryDirectory(prefix="fedfair-round-compare-") as folder:
         out = Path(folder) / "profile.json"
-        command = [sys.executable, str(ROOT / "benchmarks" / "round_profile.py"), str(tree), str(out)]
-        command += ["--live-memory", "--"] if live_memory else ["--"]
-        command += ["--quick", "--dimensions", str(dimension), "--parties", str(parties)]
-        environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])}
-        subprocess.run(command, cwd=tree, env=environment, check=True, stdout=subprocess.DEVNULL)
+        bench = ["--quick", "--dimensions", str(dimension), "--parties", str(parties)]
+        command = round_profile.command(tree, out, bench, live_memory=live_memory)
+        subprocess.run(command, cwd=tree, env=round_profile.environment(tree), check=True, stdout=subprocess.DEVNULL)
         document: dict[str, Any] = json.loads(out.read_text())
         return document
 
@@ -81,11 +93,6 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         secure: [next(r for r in run["bench"]["results"] if r["secure"] is secure) for run in runs]
         for secure in (False, True)
     }
-    steps: dict[str, float] = {}
-    for label in sorted({label for run in runs for label in run["steps"]}):
-        calls = [run["steps"].get(label, {}) for run in runs]
-        longest = max(int(length) for call in calls for length in call)
-        steps[label] = statistics.median(seconds for call in calls for seconds in call.get(str(longest), []))
     return {
         "secure_party_cpu_seconds": statistics.median(r["party_cpu_seconds"] for r in by_setting[True]),
         "plain_party_cpu_seconds": statistics.median(r["party_cpu_seconds"] for r in by_setting[False]),
@@ -93,7 +100,7 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "secure_process_cpu_seconds": statistics.median(r["process_cpu_seconds"] for r in by_setting[True]),
         "secure_peak_rss_mb_each": [r["peak_rss_mb"] for r in by_setting[True]],
         "plain_peak_rss_mb_each": [r["peak_rss_mb"] for r in by_setting[False]],
-        "step_cpu_seconds": steps,
+        "step_cpu_seconds": round_profile.step_medians(runs),
     }
 
 
@@ -217,7 +224,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--reference-tree", type=Path, help="an existing checkout of the reference (default: one made under build/)"
     )
-    parser.add_argument("--runs", type=int, default=RUNS, help=f"runs of each tree per size (default {RUNS})")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=RUNS,
+        help=f"runs of each tree per size (with --paired: lock-step runs; default {RUNS})",
+    )
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="run both trees at once in lock-step, round by round (round_paired.py), secure rounds only",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=round_paired.ROUNDS,
+        help=f"with --paired: measured rounds a run, each a paired sample (default {round_paired.ROUNDS})",
+    )
     parser.add_argument(
         "--memory-runs",
         type=int,
@@ -238,7 +261,30 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--runs must be at least 1")
     if args.memory_runs < 0:
         parser.error("--memory-runs must be 0 or more")
+    if args.rounds < 2:
+        parser.error("--rounds must be at least 2 (each measured round is one paired sample)")
     trees = {"head": ROOT, "reference": (args.reference_tree or checkout(args.reference)).resolve()}
+    if args.paired:
+        paired = [
+            round_paired.paired(dimension, parties, trees, args.rounds, args.runs) for dimension, parties in args.sizes
+        ]
+        for result in paired:
+            print(round_paired.printed(result), file=sys.stderr)
+        publish(
+            {
+                "benchmark": "round_compare_paired",
+                "what": "a secure round's CPU per party, this checkout against the reference commit, both run at once "
+                "and taking turns round by round (ABBA); round_bench --secure-only, collaborators as threads, CPU "
+                "seconds on each thread's clock, split into user and system time, with the minor page faults",
+                "reference": args.reference,
+                "measured_rounds": args.rounds,
+                "runs": args.runs,
+                "results": paired,
+            },
+            args.json,
+            argv,
+        )
+        return 0
     results = [compare(dimension, parties, trees, args.runs, args.memory_runs) for dimension, parties in args.sizes]
     for result in results:
         print(printed(result), file=sys.stderr)

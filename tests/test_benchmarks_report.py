@@ -356,6 +356,51 @@ def test_the_round_compare_section_gives_the_live_peaks_and_their_goal_where_the
     )
 
 
+def test_the_paired_round_compare_section_gives_each_ratio_its_interval_and_says_whether_the_goal_is_decided(
+    tmp_path: Path,
+) -> None:
+    def tree(cpu: float, user: float) -> dict[str, Any]:
+        return {
+            "secure_party_cpu_seconds": cpu,
+            "secure_party_user_seconds": user,
+            "secure_party_system_seconds": cpu - user,
+            "secure_party_minor_faults": 13960.0,
+            "secure_peak_rss_mb_each": [1215.0, 1190.4],
+        }
+
+    def ratios(median: float, low: float, high: float) -> dict[str, Any]:
+        interval = {"low": low, "high": high, "coverage": 0.961}
+        return {"ratio": median, "ratio_interval": interval, "ratio_each_run": [low, high]}
+
+    def row(dimension: int, parties: int, cpu: tuple[float, float, float]) -> dict[str, Any]:
+        figures = {"party_cpu": ratios(*cpu), "party_user_cpu": ratios(1.0, 0.95, 1.05)}
+        figures["process_cpu"] = ratios(0.97, 0.85, 1.09)
+        return {
+            "dimension": dimension,
+            "parties": parties,
+            "measured_rounds": 8,
+            "runs": 3,
+            "head": tree(0.83, 0.34),
+            "reference": tree(0.709, 0.309),
+            **{f"secure_{name}_{key}": value for name, pair in figures.items() for key, value in pair.items()},
+            "steps": {"MASK": {"head": 0.022, "reference": 0.0108}},
+        }
+
+    rows = [row(10**6, 10, (1.04, 0.91, 1.21)), row(10**7, 3, (1.05, 1.01, 1.08)), row(10, 3, (1.2, 1.15, 1.3))]
+    document = {"what": "lock-step", "reference": "6692f28", "measured_rounds": 8, "runs": 3, "results": rows}
+    (tmp_path / "round_compare_paired.json").write_text(json.dumps(document | {"provenance": STAMP}))
+    page = report_module().render(tmp_path)
+    assert (
+        "| 1,000,000 | 10 | 3 × 8 | 830 | 709 | 1.040× [0.910, 1.210] (0.91, 1.21) | open | 340 | 309 "
+        "| 1.000× [0.950, 1.050] (0.95, 1.05) | 490 | 400 | 13,960 | 13,960 | 0.970× [0.850, 1.090] (0.85, 1.09) "
+        "| 1,215, 1,190 (1,215, 1,190) |" in page
+    )
+    assert "| 10,000,000 | 3 | 3 × 8 | 830 | 709 | 1.050× [1.010, 1.080] (1.01, 1.08) | yes |" in page
+    assert "| 10 | 3 | 3 × 8 | 830 | 709 | 1.200× [1.150, 1.300] (1.15, 1.30) | no |" in page
+    assert "at least 96.1% coverage" in page and "round 9 is one of the measured rounds here" in page
+    assert "| MASK | 22 | 10.8 | 22 | 10.8 | 22 | 10.8 |" in page
+
+
 def test_the_convergence_section_shows_each_outputs_accuracy_beside_the_constants(tmp_path: Path) -> None:
     """Issue 96: each final output's mean risk and accuracy sit beside its worst-group risk, and h̄'s row reads
     ln K and 1 / K exactly on every dataset, from the committed run."""
