@@ -43,7 +43,8 @@ Two costs are reported, each as a median over the measured rounds:
   the whole federation's CPU per round (``federation_cpu_seconds``, ``federation_cpu_ratio_to_plain``): with
   threads the process's, with processes the aggregator's and every party process's summed: CPU seconds, which a
   host with fewer cores than parties distorts far less than it distorts wall time; and, per
-  configuration, the peak resident memory of this process (``peak_rss_mb``) and of the
+  configuration, the peak resident memory of this process (``peak_rss_mb``, from the configuration's start, the
+  previous configuration's garbage collected first) and of the
   largest party process (``party_peak_rss_mb``, `--processes`), its resident memory as its first round
   starts (``party_startup_rss_mb``: imports, configuration, identity, the plan, the compiled kernels and the
   update it will send, which stands in for the model a real collaborator holds by then) and what the rounds
@@ -77,6 +78,7 @@ pair's own ratios. Output is JSON on stdout and, with `--json PATH`, in that fil
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import math
 import os
@@ -145,6 +147,9 @@ def run_configuration(
                 "quorum": {"min_collaborators": parties, "round_timeout_seconds": 600.0},
             },
         )
+        # The previous configuration's parties (threads of this process) sit in reference cycles with their fixed
+        # updates, 4 d bytes each, until a full collection: freed now, its federation's garbage is not in this one's peak.
+        gc.collect()
         reset_peak_rss()
         started = time.perf_counter()
         busy, party_peaks = run_parties(workspace.plan, [workspace.configs[name] for name in names], processes)

@@ -325,7 +325,7 @@ def test_an_honest_plain_update_is_clipped_as_the_encoding_clips_it_and_never_re
     assert (np.abs(clipped) == BOUNDS.clip * weight).sum() > 100
     # A training update travels in float32, whose rounding may carry a value on the bound past it: still taken.
     wire = TRAINING.plain_values
-    values, _ = decode_plain(plain_upload(clipped, weight, wire), update.size, BOUNDS, wire)
+    values, _ = decode_plain(b"".join(plain_upload(clipped, weight, wire)), update.size, BOUNDS, wire)
     assert np.max(np.abs(values - clipped)) <= plain_rounding(BOUNDS.clip * weight, wire)
     # The secure encoding of the same update decodes to the same clipped values, up to its rounding.
     encoder = Encoder(BOUNDS, 1)
@@ -339,7 +339,7 @@ def test_a_plain_sum_adds_in_name_order_whatever_order_the_uploads_arrive_in() -
     sum must be the same bits however the uploads race, or a re-run round could move the model."""
     big = float(np.float32(1e16))  # a training upload travels in float32
     updates = {
-        name: plain_upload(np.array([value]), 1.0, TRAINING.plain_values)
+        name: b"".join(plain_upload(np.array([value]), 1.0, TRAINING.plain_values))
         for name, value in (("site-a", big), ("site-b", 1.0), ("site-c", -big))
     }
     name_order = (big + 1.0) + -big

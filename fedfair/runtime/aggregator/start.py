@@ -16,6 +16,7 @@ from fedfair.runtime.observe.events import EventLog
 from fedfair.runtime.aggregator.lock import output_lock
 from fedfair.runtime.observe.federation_metrics import start_monitoring
 from fedfair.runtime.output_folder import BUNDLE_NAME, CHECKPOINT_NAME
+from fedfair.runtime.memory import share_arenas
 from fedfair.runtime.aggregator.bundles import initial_state
 from fedfair.runtime.aggregator.loop import RoundLoop
 from fedfair.runtime.aggregator.network import Network, serve
@@ -132,6 +133,7 @@ def run_aggregator(
     taken before anything is read or written there, and held until the server has stopped.
     `startup_timeout` bounds the first round's wait for the quorum (0: no deadline).
     """
+    share_arenas()  # before the server's threads start (fedfair.runtime.memory)
     with output_lock(plan.aggregator.output):
         checkpoint = prepare(plan, resume=resume)
         events = EventLog(plan.aggregator.output)

@@ -68,7 +68,7 @@ from fedfair.runtime.peer.uplink import CLAIMS, RPC_SECONDS, TAG_SETS, StatusRep
 from fedfair.runtime.contract import EVALUATION, model_digest
 from fedfair.runtime.failures import BUNDLE_REFUSED, LOCAL_PRIVACY, MODEL_UNCHECKED
 from fedfair.runtime.manifest_update import LiveManifest
-from fedfair.runtime.memory import release_freed
+from fedfair.runtime.memory import release_freed, share_arenas
 from fedfair.runtime.plan.aggregator_plan import SharedSettings
 from fedfair.runtime.plan.model import ModelSettings
 from fedfair.runtime.preprocessing import STATISTICS_KIND, STATISTICS_ROUND, statistics_encoding
@@ -213,6 +213,7 @@ class Collaborator(TaskStream):
 
     def run(self) -> int:
         """Follow the federation to its end (:meth:`TaskStream.run`); however it ends, no kept settlement outlives it."""
+        share_arenas()  # before the channel's threads start (fedfair.runtime.memory)
         try:
             return super().run()
         finally:

@@ -250,10 +250,14 @@ def plain_upload_size(dimension: int, wire: PlainValues) -> int:
     return dimension * wire.itemsize + PLAIN_WEIGHT.itemsize
 
 
-def plain_upload(values: np.ndarray, weight: float, wire: PlainValues) -> bytes:
-    """A plain upload: `values` in the wire type `wire`, then `weight`, little-endian."""
+def plain_upload(values: np.ndarray, weight: float, wire: PlainValues) -> Pieces:
+    """A plain upload: `values` in the wire type `wire`, then `weight`, little-endian, as pieces.
+
+    The values travel from their own memory where they are already `wire`'s contiguous words (a float32 update's):
+    joined, each site held its model-sized update twice for the whole upload.
+    """
     words = np.ascontiguousarray(values, dtype=wire)
-    return b"".join((words.data, np.array(weight, dtype=PLAIN_WEIGHT).tobytes()))
+    return words.data.cast("B"), np.array(weight, dtype=PLAIN_WEIGHT).tobytes()
 
 
 def read_plain_upload(payload: bytes, wire: PlainValues) -> tuple[np.ndarray, float]:

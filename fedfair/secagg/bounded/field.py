@@ -6,15 +6,17 @@ whatever its coding), so p is the smallest that still holds what the norm check 
 init's plan (update_norm 1 at 20 fractional bits, B = 2^20) and bounds up to about 3 times it within 2^-64
 soundness (:mod:`.layout`). 2^61 - 1 took 61 bits a coordinate for the same checks. A pseudo-Mersenne prime 2^52 - c
 reduces with shifts, adds and small products: 2^52 = c (mod p). Elements are uint64 in [0, p); a product is
-formed from 26-bit halves (numba has no 128-bit integer) and folded twice. Pseudorandom elements come from the
-project's AES-256-CTR PRG (:mod:`fedfair.secagg.prg`), one key per purpose derived from a seed by SHA-256.
+formed from 26-bit halves (numba has no 128-bit integer) and folded twice, in compiled loops (:mod:`.field_loops`,
+imported on first use: :func:`loops`). Pseudorandom elements come from the project's AES-256-CTR PRG
+(:mod:`fedfair.secagg.prg`), one key per purpose derived from a seed by SHA-256.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from types import ModuleType
 
-import numba
 import numpy as np
 
 from fedfair.core.errors import ProtocolError
@@ -32,156 +34,28 @@ P = (1 << ELEMENT_BITS) - FOLD
 ELEMENT_BYTES = 8
 """Bytes of one element in memory and in a hash (a little-endian uint64); on the wire, :func:`to_wire` packs 52 bits."""
 
-_HALF_BITS = ELEMENT_BITS // 2
 _P = np.uint64(P)
-_C = np.uint64(FOLD)
 _MASK = np.uint64((1 << ELEMENT_BITS) - 1)
-_HALF_MASK = np.uint64((1 << _HALF_BITS) - 1)
-_BITS = np.uint64(ELEMENT_BITS)
-_HALF = np.uint64(_HALF_BITS)
-_S3 = np.uint64(3)
-_BYTE = np.uint64(0xFF)
 _ZERO = np.uint64(0)
-_EXTEND_BLOCK = 256
-"""Columns :func:`extend` works on at once: its two N x 256 tables (128 KiB at N = 64) stay in the L2 cache."""
 
 
-@numba.njit(cache=True, inline="always")
-def _mul(a: np.uint64, b: np.uint64) -> np.uint64:
-    """The product a b mod p for a, b < p < 2^52: 26-bit halves, then two folds by 2^52 = c.
+@functools.cache
+def loops() -> ModuleType:
+    """The compiled loops (:mod:`.field_loops`), imported at the first call: only then is numba loaded.
 
-    a b = hh 2^52 + m 2^26 + ll, with hh, ll < 2^52 and m < 2^53; m = m_high 2^26 + m_low, m_high < 2^27. So
-    a b = c hh + c m_high + m_low 2^26 + ll (mod p), below 47 2^52 + 2^33 + 2 2^52 < 2^58: no overflow. Its
-    fold (t >> 52) c + (t & (2^52 - 1)) is below 2^52 + 2^6 47 < 2 p, so one subtraction leaves it in [0, p).
+    Every runtime process imports this module (the bounded sum's kind is registered beside the others), but only
+    a bounded sum's parties run a loop; numba costs a process about 60 MB of resident memory and 0.3 s to import.
     """
-    a_low, a_high = a & _HALF_MASK, a >> _HALF
-    b_low, b_high = b & _HALF_MASK, b >> _HALF
-    middle = a_high * b_low + a_low * b_high
-    total = _C * (a_high * b_high) + _C * (middle >> _HALF) + ((middle & _HALF_MASK) << _HALF) + a_low * b_low
-    total = _C * (total >> _BITS) + (total & _MASK)
-    return total - _P if total >= _P else total
+    from fedfair.secagg.bounded import field_loops
 
-
-@numba.njit(cache=True, inline="always")
-def _add(a: np.uint64, b: np.uint64) -> np.uint64:
-    total = a + b
-    return total - _P if total >= _P else total
-
-
-@numba.njit(cache=True)
-def _dot(a: np.ndarray, b: np.ndarray) -> np.uint64:
-    total = _ZERO
-    for index in range(a.size):
-        total = _add(total, _mul(a[index], b[index]))
-    return total
-
-
-@numba.njit(cache=True)
-def _combine_rows(weights: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
-    """out[k] = sum_m weights[m] rows[m, k]: a row vector times a matrix."""
-    out[:] = 0
-    for row in range(rows.shape[0]):
-        weight = weights[row]
-        for column in range(rows.shape[1]):
-            out[column] = _add(out[column], _mul(weight, rows[row, column]))
-
-
-@numba.njit(cache=True)
-def _matmul_transposed(left: np.ndarray, right: np.ndarray, out: np.ndarray) -> None:
-    """out[i, j] = sum_t left[i, t] right[j, t]."""
-    for i in range(left.shape[0]):
-        for j in range(right.shape[0]):
-            total = _ZERO
-            for t in range(left.shape[1]):
-                total = _add(total, _mul(left[i, t], right[j, t]))
-            out[i, j] = total
-
-
-@numba.njit(cache=True)
-def _extend(columns: np.ndarray, out: np.ndarray) -> None:
-    """Per column w, the polynomial through columns[0..N-1, w] at N..2N-2, into out[0..N-2, w].
-
-    Finite differences: the backward differences at the last point (N^2 / 2 subtractions), then each
-    next value by N - 1 additions, since the (N-1)-th difference of a degree N - 1 polynomial is constant.
-    No multiplications, and each step runs along a row of the columns, which the compiler vectorises.
-    """
-    count, width = columns.shape
-    table = np.empty((count, _EXTEND_BLOCK), dtype=np.uint64)
-    diagonal = np.empty((count, _EXTEND_BLOCK), dtype=np.uint64)
-    for start in range(0, width, _EXTEND_BLOCK):
-        stop = min(width, start + _EXTEND_BLOCK)
-        block = stop - start
-        table[:, :block] = columns[:, start:stop]
-        diagonal[0, :block] = table[count - 1, :block]
-        for order in range(1, count):
-            for index in range(count - 1, order - 1, -1):
-                for column in range(block):
-                    high, low = table[index, column], table[index - 1, column]
-                    table[index, column] = high - low + (_P if high < low else _ZERO)
-            diagonal[order, :block] = table[count - 1, :block]
-        for step in range(count - 1):
-            for order in range(count - 2, -1, -1):
-                for column in range(block):
-                    diagonal[order, column] = _add(diagonal[order, column], diagonal[order + 1, column])
-            out[step, start:stop] = diagonal[0, :block]
-
-
-@numba.njit(cache=True)
-def _signed_projections(values: np.ndarray, codes: np.ndarray, tests: int, out: np.ndarray) -> None:
-    """out[j] = sum_i z_ji values[i], z = bit0 - bit1 of the 2-bit code of trit i tests + j (4 per byte)."""
-    out[:] = 0
-    choices = np.zeros(4, dtype=np.uint64)
-    for index in range(values.size):
-        value = values[index]
-        choices[1] = value
-        choices[2] = _P - value if value != _ZERO else _ZERO
-        base = index * tests
-        for test in range(tests):
-            trit = base + test
-            code = (codes[trit >> 2] >> (2 * (trit & 3))) & 3
-            out[test] = _add(out[test], choices[code])
-
-
-@numba.njit(cache=True)
-def _multiply(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    for index in range(a.size):
-        out[index] = _mul(a[index], b[index])
-
-
-@numba.njit(cache=True)
-def _pack(elements: np.ndarray, out: np.ndarray) -> None:
-    """Element i's 52 bits at bits 52 i to 52 i + 51 of ``out`` (little-endian); ``out`` zeroed, 8 bytes spare.
-
-    An element starts at bit 0 to 7 of its first byte, so its 52 bits end within that byte's 8-byte word (59 < 64).
-    """
-    for index in range(elements.size):
-        value = elements[index]
-        position = np.uint64(index) * _BITS
-        start = position >> _S3
-        shift = position & np.uint64(7)
-        low = value << shift  # below 2^59: every bit lands in bytes start .. start + 7
-        for offset in range(8):
-            out[start + np.uint64(offset)] |= np.uint8((low >> np.uint64(8 * offset)) & _BYTE)
-
-
-@numba.njit(cache=True)
-def _unpack(data: np.ndarray, out: np.ndarray) -> None:
-    """The inverse of :func:`_pack`: ``data`` holds 8 spare zero bytes past the packed ones."""
-    for index in range(out.size):
-        position = np.uint64(index) * _BITS
-        start = position >> _S3
-        shift = position & np.uint64(7)
-        word = _ZERO
-        for offset in range(8):
-            word |= np.uint64(data[start + np.uint64(offset)]) << np.uint64(8 * offset)
-        out[index] = (word >> shift) & _MASK
+    return field_loops
 
 
 def compile_kernels() -> None:
     """Run each compiled loop once on a few elements, so that numba compiles it now rather than mid-round.
 
-    numba compiles a loop at its first call: every loop of this module takes about 20 s of one busy core the first
-    time on a machine (then kept in numba's cache beside the source) and about 1 s to load from that cache in a new
+    numba compiles a loop at its first call: every loop of :mod:`.field_loops` takes about 20 s of one busy core the
+    first time on a machine (then kept in numba's cache beside the source) and about 1 s to load from that cache in a new
     process. A party of a bounded sum calls this before its first round; uncompiled, each site compiled at its first
     SHARE and the auditor at its first stages, and round 1 waited for all of them.
     """
@@ -199,40 +73,40 @@ def compile_kernels() -> None:
 def multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The products a_i b_i mod p (equal-length element vectors)."""
     out = np.empty(a.size, dtype=np.uint64)
-    _multiply(np.ascontiguousarray(a), np.ascontiguousarray(b), out)
+    loops().multiply(np.ascontiguousarray(a), np.ascontiguousarray(b), out)
     return out
 
 
 def dot(a: np.ndarray, b: np.ndarray) -> int:
     """sum_i a_i b_i mod p of two equal-length element vectors."""
-    return int(_dot(np.ascontiguousarray(a), np.ascontiguousarray(b)))
+    return int(loops().dot(np.ascontiguousarray(a), np.ascontiguousarray(b)))
 
 
 def combine_rows(weights: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """The vector-matrix product ``weights @ rows`` mod p (weights: m elements, rows: m x n)."""
     out = np.empty(rows.shape[1], dtype=np.uint64)
-    _combine_rows(weights, np.ascontiguousarray(rows), out)
+    loops().combine_rows(weights, np.ascontiguousarray(rows), out)
     return out
 
 
 def matmul_transposed(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     """``left @ right.T`` mod p (left: a x t, right: b x t)."""
     out = np.empty((left.shape[0], right.shape[0]), dtype=np.uint64)
-    _matmul_transposed(np.ascontiguousarray(left), np.ascontiguousarray(right), out)
+    loops().matmul_transposed(np.ascontiguousarray(left), np.ascontiguousarray(right), out)
     return out
 
 
 def extend(columns: np.ndarray) -> np.ndarray:
     """Columns of N values at 0..N-1 to their polynomials' values at N..2N-2 ((N - 1) x columns)."""
     out = np.empty((columns.shape[0] - 1, columns.shape[1]), dtype=np.uint64)
-    _extend(np.ascontiguousarray(columns), out)
+    loops().extend(np.ascontiguousarray(columns), out)
     return out
 
 
 def signed_projections(values: np.ndarray, trits: np.ndarray, tests: int) -> np.ndarray:
     """The ``tests`` projections <z_j, values> mod p, z_j in {-1, 0, 1}^d from :func:`trit_codes` bytes."""
     out = np.empty(tests, dtype=np.uint64)
-    _signed_projections(values, trits, tests, out)
+    loops().signed_projections(values, trits, tests, out)
     return out
 
 
@@ -254,7 +128,7 @@ def to_wire(elements: np.ndarray) -> bytes:
     if elements.size and int(np.max(elements)) >= P:
         raise ValueError(f"to_wire takes field elements, below p = 2^52 - {FOLD}; got {int(np.max(elements))}")
     out = np.zeros(wire_bytes(elements.size) + 8, dtype=np.uint8)
-    _pack(np.ascontiguousarray(elements, dtype=np.uint64), out)
+    loops().pack(np.ascontiguousarray(elements, dtype=np.uint64), out)
     return out[: out.size - 8].tobytes()
 
 
@@ -277,7 +151,7 @@ def from_wire(data: bytes | memoryview, what: str) -> np.ndarray:
     padded = np.zeros(len(data) + 8, dtype=np.uint8)
     padded[: len(data)] = np.frombuffer(data, dtype=np.uint8)
     out = np.empty(count, dtype=np.uint64)
-    _unpack(padded, out)
+    loops().unpack(padded, out)
     spare = 8 * len(data) - ELEMENT_BITS * count
     if spare and padded[len(data) - 1] >> (8 - spare):
         raise ProtocolError(f"malformed {what}: the spare bits after its last element are not zero")

@@ -30,7 +30,7 @@ liar_witness = lying_witness
 def packed_raw(values: list[int] | np.ndarray) -> bytes:
     """52-bit values packed as on the wire without to_wire's check that each is below p: a peer's bad bytes."""
     packed = np.zeros(field.wire_bytes(len(values)) + 8, dtype=np.uint8)
-    field._pack(np.asarray(values, dtype=np.uint64), packed)
+    field.loops().pack(np.asarray(values, dtype=np.uint64), packed)
     return packed[:-8].tobytes()
 
 

@@ -241,7 +241,7 @@ from fedfair.secagg.bounded import field
 from tests.secagg.bounded.roundkit import simulated
 from tests.secagg.bounded.test_round import WEIGHTS, at_bound
 
-loops = {name: value for name, value in vars(field).items()
+loops = {name: value for name, value in vars(field.loops()).items()
          if isinstance(value, Dispatcher) and value.targetoptions.get("inline") != "always"}
 print(len(loops), sorted(name for name, loop in loops.items() if loop.signatures))
 field.compile_kernels()
@@ -264,3 +264,22 @@ def test_compile_kernels_leaves_no_loop_for_a_round_to_compile() -> None:
     assert int(count) >= 6 and compiled_before == "[]", lines
     assert lines[1] == "[]", lines  # none left uncompiled
     assert lines[2] == "[]", lines  # none compiled again for other types in the round
+
+
+LOADED_BY_THE_RUNTIME = """
+import sys
+from fedfair.runtime.aggregator import start
+from fedfair.runtime.collaborator import client
+from fedfair.secagg.bounded import field
+print("numba" in sys.modules)
+field.dot(field.from_signed([1, -2]), field.from_signed([3, 4]))
+print("numba" in sys.modules)
+"""
+
+
+def test_the_runtime_loads_numba_only_when_a_field_loop_runs() -> None:
+    """Every runtime process imports the field (the bounded kind registers beside the others), but numba costs it
+    about 60 MB of resident memory (issue 97: the plain round's peak): the loops' module, and numba, load at the
+    first loop a process runs."""
+    ran = subprocess.run([sys.executable, "-c", LOADED_BY_THE_RUNTIME], capture_output=True, text=True, check=True)
+    assert ran.stdout.split() == ["False", "True"], ran.stdout
