@@ -530,7 +530,13 @@ class Board:
         with self._changed:
             if self._took_up_before(peer, at):
                 return True
-            while self._open_for(peer, binding) and self._streams.get(peer, 0) > 1 and is_active():
+            while (
+                self._open_for(peer, binding)
+                and self._streams.get(peer, 0) > 1
+                and is_active()
+                and not self._closed
+                and self._final is None
+            ):
                 self._tasks_changed.wait(timeout=TASK_WAIT_SECONDS)
             if not is_active() or self._streams.get(peer, 0) > 1 or not self._open_for(peer, binding):
                 return False
@@ -542,9 +548,7 @@ class Board:
         """(Lock held.) Whether `binding` is the open rejoinable stage and `peer` a collaborator that still owes it."""
         stage = self._stage
         return (
-            not self._closed
-            and self._final is None
-            and stage is not None
+            stage is not None
             and stage.rejoinable
             and stage.binding == binding
             and peer not in self.verifiers
