@@ -8,6 +8,7 @@ the red team found it left after an aborted round (FINDINGS.md F2).
 
 from __future__ import annotations
 
+import stat
 import types
 from typing import Any
 
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 
 import tests.runtime.test_bounded_round as round_module
+from fedfair.core.errors import Refusal, RefusedError
 from fedfair.runtime.collaborator.kinds.bounded_settlement import kept_round, settlement_path
 from fedfair.runtime.collaborator.stream import TaskStream
 from fedfair.runtime.contract import EVALUATION, Aggregations
@@ -89,6 +91,25 @@ def test_an_aborted_rounds_settlement_is_removed_and_does_not_keep_the_update_on
             left[name] = bool(np.array_equal(x, field.from_signed(encoded[name])))
     # Before the fix every site's file was left, and each decoded to that site's exact encoded update.
     assert left == {}, f"settlement files left after the aborted round, file alone == the update: {left}"
+
+
+def test_a_settlement_readable_by_others_is_refused_naming_its_mode_and_the_fix(
+    bounded: Federation,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It holds the site's exact update: loosened (a backup restored, a copy by hand), it is not taken up."""
+    aborted_after_share(bounded, monkeypatch)
+    me = next(iter(bounded.sites.values()))
+    path = settlement_path(me)
+    assert path is not None and stat.S_IMODE(path.stat().st_mode) == 0o600  # as written
+    path.chmod(0o640)
+    with pytest.raises(RefusedError) as refused:
+        kept_round(me)
+    assert refused.value.reason is Refusal.WITHDRAWN
+    assert str(path) in str(refused.value) and "0640" in str(refused.value) and "chmod 600" in str(refused.value)
+    path.chmod(0o600)
+    kept = kept_round(me)
+    assert kept is not None and kept.round == 1
 
 
 def test_a_restarted_process_keeps_its_settlement_only_while_the_federation_is_at_the_kept_round(

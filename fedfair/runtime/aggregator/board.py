@@ -307,7 +307,7 @@ class Board:
                 sent += 1
                 at = position(task.binding)
                 if (seen is None or at > seen) and (
-                    task.binding.round != stale_round or self._takes_up(peer, task.binding)
+                    task.binding.round != stale_round or self._takes_up(peer, task.binding, is_active)
                 ):
                     self._record_delivery(peer, at)
                     yield task
@@ -495,9 +495,11 @@ class Board:
     def _may_answer(self, stage: OpenStage, peer: str) -> bool:
         """(Lock held.) Whether `peer` can still answer `stage`: it follows the round, or may come back to this stage.
 
-        A peer gone for the rest of the round (:meth:`disconnect`) cannot, but a collaborator at a rejoinable stage,
-        which a new process of it takes up from what it kept (:meth:`_takes_up`), and at the later stages of that
-        aggregation once its new stream took it up.
+        A peer gone for the rest of the round (:meth:`disconnect`) cannot, but a collaborator at a rejoinable stage
+        can, and at the later stages of that aggregation once its new stream took it up. At a rejoinable stage some
+        live or future stream of an expected collaborator that has not answered can always answer for it, so it is
+        waited for to the deadline: its live stream answers, or, once that stream ended, its next stream is handed
+        the stage (:meth:`_takes_up`, which hands it to every such stream, not only to the first).
         """
         if stage.rejoinable and peer not in self.verifiers:
             return True
@@ -510,30 +512,48 @@ class Board:
         rejoined = self._rejoined.get(peer)
         return rejoined is not None and rejoined.aggregation == at.aggregation and rejoined.step < at.step
 
-    def _takes_up(self, peer: str, binding: pb.Binding) -> bool:
+    def _takes_up(self, peer: str, binding: pb.Binding, is_active: Callable[[], bool]) -> bool:
         """Whether a stream of `peer` opened before this round began is handed the task `binding` of this round.
 
         The task of a rejoinable stage that is open and expects `peer`, a collaborator that has not answered it (a
         process restarted since its contribution, which kept on disk what the stage needs); then, once its stream
         took it up, the later stages of that aggregation (its abort included, which is bound to its last). Never a
         task of a stage that closed before the stream took it up, nor of the round's other aggregations.
+
+        Every such stream is handed the open stage, the latest too: a process that took it up and died before its
+        answer left leaves the stage owed, and its next process answers it (:meth:`_may_answer` waits for it). But
+        only once the peer's earlier streams ended: a stream opened beside a live one (a second process of the
+        site, or a restart whose old connection is not yet seen to end) waits here until the others end, the stage
+        is answered or closed, the federation finishes or the stream itself ends, so one process answers at a time.
         """
         at = WireStage.of(binding)
         with self._changed:
-            if peer in self._rejoined:
-                return self._took_up_before(peer, at)
-            stage = self._stage
-            if (
-                stage is None
-                or not stage.rejoinable
-                or stage.binding != binding
-                or peer in self.verifiers
-                or peer not in stage.expected - stage.accepted - stage.withdrawn
+            if self._took_up_before(peer, at):
+                return True
+            while (
+                self._open_for(peer, binding)
+                and self._streams.get(peer, 0) > 1
+                and is_active()
+                and not self._closed
+                and self._final is None
             ):
+                self._tasks_changed.wait(timeout=TASK_WAIT_SECONDS)
+            if not is_active() or self._streams.get(peer, 0) > 1 or not self._open_for(peer, binding):
                 return False
             self._rejoined[peer] = at
             self._changed.notify_all()
             return True
+
+    def _open_for(self, peer: str, binding: pb.Binding) -> bool:
+        """(Lock held.) Whether `binding` is the open rejoinable stage and `peer` a collaborator that still owes it."""
+        stage = self._stage
+        return (
+            stage is not None
+            and stage.rejoinable
+            and stage.binding == binding
+            and peer not in self.verifiers
+            and peer in stage.expected - stage.accepted - stage.withdrawn
+        )
 
     def close_stage(self) -> tuple[frozenset[str], int]:
         """Close the open stage; return who uploaded to it and how many bytes arrived."""

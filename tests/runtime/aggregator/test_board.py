@@ -327,8 +327,13 @@ DECIDE = make_binding("f", 2, WIRE["STAGE_BOUNDED_DECIDE"])
 VERIFY = make_binding("f", 2, WIRE["STAGE_BOUNDED_VERIFY"])
 
 
-def restarted_after_share(*, rejoinable: bool = True, expected: Iterable[str] = ("site-a", "site-b")) -> Board:
-    """Round 2 of a bounded sum: site-a's process took TRAIN and SHARE, then died (its stream ended); DECIDE opens."""
+def restarted_after_share(
+    *, rejoinable: bool = True, expected: Iterable[str] = ("site-a", "site-b"), timeout: float = 600.0
+) -> Board:
+    """Round 2 of a bounded sum: site-a's process took TRAIN and SHARE, then died (its stream ended); DECIDE opens.
+
+    Its deadline is `timeout` seconds away.
+    """
     board = Board("digest")
     starts = {name: board.connect(name, make_binding("f", 1, WIRE["STAGE_JOIN"])) for name in NAMES}
     board.new_round(2)
@@ -344,7 +349,7 @@ def restarted_after_share(*, rejoinable: bool = True, expected: Iterable[str] = 
         b"record",
         lambda peer, payload: None,
         max_upload_bytes=1,
-        timeout=600.0,
+        timeout=timeout,
         rejoinable=rejoinable,
     )
     return board
@@ -361,6 +366,72 @@ def test_a_rejoinable_stage_waits_for_a_site_whose_process_died_and_hands_its_ne
     board.deliver("site-a", DECIDE, b"tags")
     assert settles(waiter)
     assert board.close_stage() == (frozenset({"site-a", "site-b"}), 8)
+
+
+def test_a_site_restarted_again_while_the_rejoinable_stage_is_open_is_handed_it_by_its_newest_process() -> None:
+    """Its first restarted process took DECIDE up and died before answering: the next one is handed it, and answers."""
+    board = restarted_after_share()
+    waiter = waiting(board)
+    board.deliver("site-b", DECIDE, b"tags")
+    second = stream(board, "site-a", make_binding("f", 0, WIRE["STAGE_JOIN"]))
+    assert positions([next(second)]) == [(2, WIRE["STAGE_BOUNDED_DECIDE"])]
+    second.close()
+    board.disconnect("site-a")  # killed again before its tags left: site-a still owes DECIDE
+    assert still_waits(waiter)
+    third: list[pb.Task] = []
+    taker = threading.Thread(
+        target=lambda: third.append(next(stream(board, "site-a", make_binding("f", 0, WIRE["STAGE_JOIN"])))),
+        daemon=True,
+    )
+    taker.start()
+    taker.join(SETTLES_IN)
+    assert positions(third) == [(2, WIRE["STAGE_BOUNDED_DECIDE"])], "its newest process is not handed what it owes"
+    board.deliver("site-a", DECIDE, b"")  # it removed the file before it died: this one withdraws, and at once
+    assert settles(waiter)
+    assert board.close_stage()[0] == {"site-b"}
+
+
+def test_a_site_lost_for_good_holds_the_rejoinable_stage_exactly_to_its_deadline() -> None:
+    timeout = 2.0
+    board = restarted_after_share(timeout=timeout)
+    began = time.monotonic()
+    waiter = waiting(board)
+    board.deliver("site-b", DECIDE, b"tags")
+    waiter.join(timeout + SETTLES_IN)
+    took = time.monotonic() - began
+    assert not waiter.is_alive() and timeout <= took <= timeout + SETTLES_IN, took
+    assert board.close_stage()[0] == {"site-b"}
+
+
+def test_a_stream_opened_beside_a_live_one_is_handed_the_rejoinable_stage_only_once_that_one_ended() -> None:
+    """One process of a site answers at a time: a second (or a restart seen before its old connection's end)
+    waits for the first stream to end, then takes the stage up, as a restarted process does."""
+    board = restarted_after_share()
+    handed: list[list[tuple[int, int]]] = []
+    second = stream(board, "site-b", make_binding("f", 0, WIRE["STAGE_JOIN"]))
+    taker = threading.Thread(target=lambda: handed.append(positions([next(second)])), daemon=True)
+    taker.start()
+    taker.join(STILL_WAITING)
+    assert taker.is_alive() and handed == []  # site-b's stream from round 1 is still open
+    board.disconnect("site-b")
+    taker.join(SETTLES_IN)
+    assert handed == [[(2, WIRE["STAGE_BOUNDED_DECIDE"])]]
+
+
+def test_a_stream_opened_beside_a_live_one_is_not_handed_a_stage_its_site_answered_meanwhile() -> None:
+    board = restarted_after_share()
+    second = stream(board, "site-b", make_binding("f", 0, WIRE["STAGE_JOIN"]))
+    taker = threading.Thread(target=lambda: list(second), daemon=True)
+    taker.start()
+    board.deliver("site-b", DECIDE, b"tags")  # its live process answered
+    board.disconnect("site-b")
+    board.finish(make_binding("f", 2, WIRE["STAGE_EVAL_UNMASK"]))
+    taker.join(SETTLES_IN)
+    assert not taker.is_alive()
+    board.close_stage()
+    assert [task.action for task in stream(board, "site-b", make_binding("f", 0, WIRE["STAGE_JOIN"]))] == [
+        pb.ACTION_FINISHED
+    ]
 
 
 def test_a_site_that_took_a_rejoinable_stage_up_takes_the_rest_of_its_aggregation_and_no_other() -> None:

@@ -13,6 +13,8 @@ Why: docs/security.md, "A framed site".
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,11 +70,21 @@ def kept_round(me: Participant) -> KeptRound | None:
     """The round this site last kept a settlement of, or None where it keeps none.
 
     Raises:
-        RefusedError: reason :attr:`Refusal.WITHDRAWN` when the file is damaged, naming it.
+        RefusedError: reason :attr:`Refusal.WITHDRAWN` when the file is damaged, or other users may read it (its
+            mode is looser than 0600, as :func:`fedfair.pki.store.load_private_key` refuses a key), naming it.
     """
     path = settlement_path(me)
     if path is None or not path.exists():
         return None
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if os.name == "posix" and mode & 0o077:
+        # It holds the site's exact update: one exposed is not taken up, so that the loosening is seen, not lived with.
+        raise RefusedError(
+            Refusal.WITHDRAWN,
+            f"{path} is readable by other users (mode {mode:04o}) and holds this site's update: this site does not "
+            f"take up the round it shared before its restart; check who could read it, and keep such a file 0600 "
+            f"(`chmod 600 {path}`)",
+        )
     try:
         reader = Reader(path.read_bytes())
         kept = KeptRound(reader.u64(), reader.blob(), Settlement.from_bytes(reader.blob()))
