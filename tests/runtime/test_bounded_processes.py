@@ -125,6 +125,31 @@ def test_an_honest_bounded_federation_applies_every_round(tmp_path: Path, proces
         checked_every_round(workspace, name, log)
 
 
+def framed_and_cleared(
+    processes: Processes, workspace: Workspace, sites: Mapping[str, Child], framed: str, framed_said: str = ""
+) -> None:
+    """The aggregator framed `framed` in round 1 and every site (`sites`) cleared it: each stopped naming the
+    aggregator (FRAMED, exit 2), `framed` having sent its part back as its dispute (its log also saying
+    `framed_said`), the others having checked that dispute; no site names `framed` a liar, none applied the round,
+    and the aggregator's round record does not exclude it."""
+    for name, site in sites.items():
+        assert site.wait(240) == 2, (name, processes.tail())
+        said = "\n".join(site.lines)
+        assert "aggregate-refused: round 1:" in said and "FRAMED" in said, (name, said[-3000:])
+        if name == framed:
+            assert framed_said in said and "this site sent that part back as its dispute" in said, said[-3000:]
+        else:
+            assert f"the aggregator framed {framed}, whose proof checks with the true message" in said, said[-3000:]
+        assert f"the verdict record names {framed}" not in said, (name, said[-3000:])
+        folder = workspace.configs[name].parent
+        (record,) = (OutcomeRecord(path, 0) for path in folder.glob(f"{name}.*.{OUTCOME_SUFFIX}"))
+        assert record.liars == (), (name, record.liars)
+        assert record.refusal is not None and (record.refusal.round, record.refusal.reason) == (1, "FRAMED"), name
+    log = read_round_log(workspace.output)
+    assert not [record for record in log if record["status"] == "applied"], log
+    assert not [record for record in log if framed in record.get("excluded", {})], log
+
+
 def checked_every_round(workspace: Workspace, name: str, log: list[dict[str, object]]) -> None:
     """`name` kept each round's verdict record (the one whose digest the round's record names), and its model chain
     verified the last round's bounded total and stepped it: it checked round 2's model, made of round 1's total."""
@@ -311,23 +336,9 @@ def test_an_aggregator_that_frames_an_honest_site_is_named_at_every_site_and_the
     forging_aggregator(processes, workspace, "frame")
     start_auditor(processes, workspace)
     sites = {name: processes.collaborator(workspace, name) for name in NAMES}
-    for name, site in sites.items():
-        assert site.wait(240) == 2, (name, processes.tail())
-        said = "\n".join(site.lines)
-        assert "aggregate-refused: round 1:" in said and "FRAMED" in said, (name, said[-3000:])
-        if name == framed:
-            assert "this site sent that part back as its dispute" in said, said[-3000:]
-        else:
-            assert f"the aggregator framed {framed}, whose proof checks with the true message" in said, said[-3000:]
-        assert f"the verdict record names {framed}" not in said, (name, said[-3000:])
-        folder = workspace.configs[name].parent
-        (record,) = (OutcomeRecord(path, 0) for path in folder.glob(f"{name}.*.{OUTCOME_SUFFIX}"))
-        assert record.liars == (), (name, record.liars)
-        assert record.refusal is not None and (record.refusal.round, record.refusal.reason) == (1, "FRAMED"), name
-        assert not any(folder.glob("*model_bundle*")), name
-    log = read_round_log(workspace.output)
-    assert not [record for record in log if record["status"] == "applied"], log
-    assert not [record for record in log if framed in record.get("excluded", {})], log
+    framed_and_cleared(processes, workspace, sites, framed)
+    for name in NAMES:
+        assert not any(workspace.configs[name].parent.glob("*model_bundle*")), name
 
 
 @pytest.mark.slow

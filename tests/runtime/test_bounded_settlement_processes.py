@@ -18,7 +18,6 @@ import pytest
 
 from fedfair.runtime.aggregator.checkpoint import read_round_log
 from fedfair.runtime.collaborator.kinds.bounded_settlement import SETTLEMENT_SUFFIX
-from fedfair.runtime.collaborator.outcome import OUTCOME_SUFFIX, OutcomeRecord
 from fedfair.runtime.local.workspace import Workspace
 from tests.runtime.conftest import processes  # noqa: F401 -- the runtime tests' fixture of child processes
 from tests.runtime.harness import Processes, eventually
@@ -27,6 +26,7 @@ from tests.runtime.test_bounded_processes import (
     bounded_workspace,
     checked_every_round,
     forging_aggregator,
+    framed_and_cleared,
     start_auditor,
 )
 
@@ -37,6 +37,16 @@ TAKEN_UP = "took up its shared part, kept before its restart, to answer the verd
 def settlements(workspace: Workspace, name: str) -> list[str]:
     """The settlement files `name` keeps in its folder."""
     return sorted(path.name for path in workspace.configs[name].parent.glob(f"{name}.*.{SETTLEMENT_SUFFIX}"))
+
+
+def two_rounds(root: Path, round_timeout: float) -> Workspace:
+    """A two-round bounded federation of one local step a round, quorum 2: a round goes on without a lost site
+    once the stage waited `round_timeout` seconds for it."""
+    return bounded_workspace(
+        root,
+        training={"rounds": 2, "local_steps": 1},
+        quorum={"min_collaborators": 2, "round_timeout_seconds": round_timeout},
+    )
 
 
 def killed_after_share(processes: Processes, workspace: Workspace, name: str, fault: str = KILLED) -> None:  # noqa: F811
@@ -51,11 +61,7 @@ def test_a_site_restarted_between_share_and_decide_tags_the_record_and_its_round
     tmp_path: Path,
     processes: Processes,  # noqa: F811
 ) -> None:
-    workspace = bounded_workspace(
-        tmp_path,
-        training={"rounds": 2, "local_steps": 1},
-        quorum={"min_collaborators": 2, "round_timeout_seconds": 120.0},
-    )
+    workspace = two_rounds(tmp_path, round_timeout=120.0)
     aggregator = processes.aggregator(workspace)
     start_auditor(processes, workspace)
     for name in NAMES[:2]:
@@ -76,11 +82,7 @@ def test_a_site_restarted_after_decide_closed_sits_the_round_out_and_keeps_no_se
     tmp_path: Path,
     processes: Processes,  # noqa: F811
 ) -> None:
-    workspace = bounded_workspace(
-        tmp_path,
-        training={"rounds": 2, "local_steps": 1},
-        quorum={"min_collaborators": 2, "round_timeout_seconds": 10.0},
-    )
+    workspace = two_rounds(tmp_path, round_timeout=10.0)
     aggregator = processes.aggregator(workspace)
     auditor = start_auditor(processes, workspace)
     sites = {name: processes.collaborator(workspace, name) for name in NAMES[:2]}
@@ -119,20 +121,5 @@ def test_a_framed_site_restarted_between_share_and_decide_clears_itself_and_the_
     sites = {name: processes.collaborator(workspace, name) for name in NAMES if name != framed}
     killed_after_share(processes, workspace, framed, fault="after-upload:1:STAGE_BOUNDED_SHARE")
     sites[framed] = processes.collaborator(workspace, framed)
-    for name, site in sites.items():
-        assert site.wait(240) == 2, (name, processes.tail())
-        said = "\n".join(site.lines)
-        assert "aggregate-refused: round 1:" in said and "FRAMED" in said, (name, said[-3000:])
-        if name == framed:
-            assert TAKEN_UP in said and "this site sent that part back as its dispute" in said, said[-3000:]
-        else:
-            assert f"the aggregator framed {framed}, whose proof checks with the true message" in said, said[-3000:]
-        assert f"the verdict record names {framed}" not in said, (name, said[-3000:])
-        folder = workspace.configs[name].parent
-        (record,) = (OutcomeRecord(path, 0) for path in folder.glob(f"{name}.*.{OUTCOME_SUFFIX}"))
-        assert record.liars == (), (name, record.liars)
-        assert record.refusal is not None and (record.refusal.round, record.refusal.reason) == (1, "FRAMED"), name
-    log = read_round_log(workspace.output)
-    assert not [record for record in log if record["status"] == "applied"], log
-    assert not [record for record in log if framed in record.get("excluded", {})], log
+    framed_and_cleared(processes, workspace, sites, framed, framed_said=TAKEN_UP)
     assert settlements(workspace, framed) == []  # its dispute was its answer: removed
