@@ -1,20 +1,13 @@
 """Handing the memory a large model's round freed back to the system (glibc's malloc_trim), where it pays.
 
-glibc keeps what a thread frees in that thread's arena; a round frees many buffers below its mmap threshold
-(gRPC messages, upload words, a state's pieces), and at d = 10^7 a process of three sites as threads held
-some 500 MB free in its arenas at its peak. malloc_trim(0) gives every free page back, but the next round
-faults them in again: once a round per party it cost a round at d = 10^6 with 10 sites 0.3-0.45 CPU-s
-(1.33-1.54 without), so only a site whose chain keeps its state in a file (64 MiB or more,
-:mod:`fedfair.runtime.collaborator.chain`) calls it; at the aggregator it measured no gain at d = 10^7.
-benchmarks/allocator_ab.py measures both goals.
-
-Each thread that allocates while another holds its arena gets an arena of its own, up to glibc's 8 a core: the
-gRPC threads that carry each site's messages and the threads of the round each keep what they freed apart, and
-none reuses another's. At d = 10^7 with three sites as threads of one process (2 cores, 16 arenas allowed), 334 MB
-lay free in arenas at a secure round's peak, and the peak moved by 130 MB between runs of the same code with
-where the round's buffers happened to land. The aggregator and a collaborator therefore cap their arenas at one a
-core, at least 4 (:func:`share_arenas`): at most that many threads run at once, so a thread seldom waits for an
-arena, and the free memory is one pool a core.
+malloc_trim(0) gives every free page of glibc's arenas back, but the next round faults them in again: once a round
+per party it cost a round at d = 10^6 with 10 sites 0.3-0.45 CPU-s (1.33-1.54 without), so only a site whose chain
+keeps its state in a file (64 MiB or more, :mod:`fedfair.runtime.collaborator.chain`) calls it; at the aggregator it
+measured no gain at d = 10^7 (benchmarks/allocator_ab.py). A thread that allocates while another holds its arena
+gets its own, up to 8 a core, and none reuses another's freed memory: at d = 10^7 with three sites as threads
+(2 cores, 16 arenas) 334 MB lay free in arenas at a secure round's peak, which moved by 130 MB between runs. The
+aggregator and a collaborator therefore cap their arenas at one a core, at least 4 (:func:`share_arenas`): at
+most that many threads run at once, so a thread seldom waits for one (docs/design.md, "Memory").
 """
 
 from __future__ import annotations

@@ -47,6 +47,7 @@ from fedfair.runtime.transport import (
     MALFORMED_MESSAGE,
     NOT_EXPECTED,
     NOT_PERMITTED,
+    Pieces,
     TlsFiles,
     channel_options,
     make_binding,
@@ -429,9 +430,11 @@ def test_a_refused_upload_does_not_hold_the_stage_to_its_deadline(
     def break_site_c(name: str, collaborator: Collaborator) -> None:
         submit = collaborator.submit
 
-        def negative_weight(stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes) -> None:
+        def negative_weight(stub: pb_grpc.FederationStub, binding: pb.Binding, payload: bytes | Pieces) -> None:
             if name == "site-c" and (binding.round, WireStage.of(binding)) == (2, WIRE["STAGE_MASKED_INPUT"]):
-                payload = payload[:-8] + np.array([-1.0], dtype="<f8").tobytes()
+                # A plain upload is its values' pieces, then the weight's 8 bytes (chunks.plain_upload).
+                joined = payload if isinstance(payload, bytes) else b"".join(payload)
+                payload = joined[:-8] + np.array([-1.0], dtype="<f8").tobytes()
             submit(stub, binding, payload)
 
         collaborator.submit = negative_weight  # type: ignore[method-assign]

@@ -21,15 +21,7 @@ import numpy as np
 
 from fedfair.core.errors import ProtocolError
 from fedfair.secagg import prg
-
-ELEMENT_BITS = 52
-"""Bits of one element on the wire: elements are below 2^52, so :func:`to_wire` drops each uint64's top twelve."""
-
-FOLD = 47
-"""c in p = 2^52 - c: the least c that makes it prime, so 2^52 = c (mod p) folds a product's high part."""
-
-P = (1 << ELEMENT_BITS) - FOLD
-"""The field's modulus, the largest prime below 2^52."""
+from fedfair.secagg.bounded.modulus import ELEMENT_BITS, FOLD, P
 
 ELEMENT_BYTES = 8
 """Bytes of one element in memory and in a hash (a little-endian uint64); on the wire, :func:`to_wire` packs 52 bits."""

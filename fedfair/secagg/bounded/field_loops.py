@@ -11,7 +11,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from fedfair.secagg.bounded.field import ELEMENT_BITS, FOLD, P
+from fedfair.secagg.bounded.modulus import ELEMENT_BITS, FOLD, P
 
 _HALF_BITS = ELEMENT_BITS // 2
 _P = np.uint64(P)

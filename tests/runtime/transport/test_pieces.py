@@ -41,7 +41,8 @@ def test_a_plain_sum_of_chunked_uploads_is_bit_equal_to_the_unchunked_one(
 ) -> None:
     rng = np.random.default_rng(dimension * 7 + parties)
     uploads = [
-        plain_upload(rng.normal(size=dimension), float(party + 1), TRAINING.plain_values) for party in range(parties)
+        b"".join(plain_upload(rng.normal(size=dimension), float(party + 1), TRAINING.plain_values))
+        for party in range(parties)
     ]
     chunk_bytes = chunk_size(len(uploads[0]), cut)
     whole = np.zeros(dimension, dtype=np.float64)
