@@ -21,7 +21,7 @@ import numpy as np
 
 from fedfair.core.errors import ProtocolError
 from fedfair.secagg import prg
-from fedfair.secagg.bounded.modulus import ELEMENT_BITS, FOLD, P
+from fedfair.secagg.bounded.modulus import ELEMENT_BITS as ELEMENT_BITS, FOLD as FOLD, P as P
 
 ELEMENT_BYTES = 8
 """Bytes of one element in memory and in a hash (a little-endian uint64); on the wire, :func:`to_wire` packs 52 bits."""
