@@ -4,7 +4,7 @@
 stage, ``advertise``, ``share_keys``, ``check_shares``, ``masked_input``, ``consistency`` and ``unmask`` (the last
 two may be repeated), then in a verified round ``tag`` and ``verify`` (their checks:
 :mod:`fedfair.secagg.verify_client`). It keeps no order of its own: its runner takes each step in the round's order
-(:class:`~fedfair.secagg.round.PartyOrder`). A step that receives a bad message raises a
+(:class:`~fedfair.secagg.round_order.PartyOrder`). A step that receives a bad message raises a
 :class:`~fedfair.core.errors.ProtocolError` subclass and leaves the state unchanged; a peer's bad shares are accused,
 not raised. The checks by which a party keeps a lying server from both secrets of one party are listed in
 docs/design.md ("Inside secure aggregation").

@@ -1,15 +1,14 @@
-"""A stage as a typed StageSpec, a kind of round as an ordered SecureRound registered by name, and their one guard.
+"""A stage as a typed StageSpec, a kind of round as an ordered SecureRound registered by name.
 
 As Flower's SecAgg+ workflow loops over a tuple of steps, whoever runs a round (the in-process
 :func:`~fedfair.secagg.simulate.run_round`, the aggregator's driver, the collaborator's steps) loops over a
 :class:`SecureRound`'s stages instead of writing them out, and takes every step through the one guard of its order
-(:class:`PartyOrder`, :class:`ServerOrder`): the state machines keep no order and do no I/O. A stage
+(:mod:`.round_order`): the state machines keep no order and do no I/O. A stage
 (:class:`StageSpec`, generic over its party, server, input and upload) names its wire and report words, its parsers,
 the party's step, the server's receive and close, and its size limits. Each kind of secure sum is a
 :class:`SecureRound` registered by name (:func:`register_round_kind`), whose server keeps :class:`SecureSum`: the
 masked round (:data:`fedfair.secagg.masked_round.SECURE_ROUND`) and the bounded one
 (:data:`fedfair.secagg.bounded.stages.BOUNDED_ROUND`).
-One idea: what a kind of round declares, stage by stage, for every runner to take in that order and no other.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from typing import Generic, Protocol, TypeVar, cast, runtime_checkable
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from fedfair.core.errors import ConfigError, ProtocolError, StaleMessageError
+from fedfair.core.errors import ConfigError
 from fedfair.pki.identity import CredentialVerifier
 from fedfair.secagg.config import SecAggConfig, fallback_tag_set_bytes, rechecked_claim_bytes, resummed_claim_bytes
 from fedfair.secagg.server import AggregateResult
@@ -469,7 +468,7 @@ class SecureRound:
         return self.sum_stages + self.verify_stages if verified else self.sum_stages
 
     def taken_by(self, uploader: Uploaders, verified: bool = True) -> tuple[AnyStage, ...]:
-        """The stages `uploader` takes, in order (:class:`PartyOrder` over them guards a party's or the auditor's)."""
+        """The stages `uploader` takes, in order (:class:`~fedfair.secagg.round_order.PartyOrder` over them guards a party's or the auditor's)."""
         return tuple(spec for spec in self.stages(verified) if uploader in spec.uploaders)
 
     def spec(self, stage: enum.IntEnum) -> AnyStage:
@@ -483,133 +482,6 @@ class SecureRound:
         if not setup.auditor:
             raise ConfigError(f"a {self.name} round has an auditor: name it in the round's setup (the plan's auditor)")
         return PartyNames(config, setup.auditor, self.auditor)
-
-
-_Result = TypeVar("_Result")
-
-
-class PartyOrder:
-    """Where one party stands in its round's stages: the one guard of the order a party takes them in.
-
-    The state machines keep no order of their own; whoever runs a party's steps takes each through this, so a
-    server that sends a stage's input out of the declared order is refused. A party takes a stage once every
-    stage before it was taken (or is :attr:`StageSpec.skippable`), and once only unless it is
-    :attr:`StageSpec.repeatable`. A step that raises leaves the party where it was.
-    """
-
-    def __init__(self, stages: tuple[AnyStage, ...]) -> None:
-        self._stages = stages
-        self._taken: set[int] = set()
-
-    def take(self, spec: AnyStage, step: Callable[[], _Result]) -> _Result:
-        """Run `step`, the party's step of `spec`, if the party may take that stage now.
-
-        Raises:
-            ProtocolError: `spec` is out of order (naming the stage the party waits for), or not of this round.
-        """
-        index = _index(self._stages, spec)
-        before = self._stages[:index]
-        ready = all(earlier in self._taken or spec_before.skippable for earlier, spec_before in enumerate(before))
-        if not ready or (index in self._taken and not spec.repeatable):
-            waiting = next((s.stage.name for i, s in enumerate(self._stages) if i not in self._taken), "none")
-            raise ProtocolError(
-                f"stage {spec.stage.name} ({spec.wire}) is out of order: this party is waiting for stage {waiting}"
-            )
-        outcome = step()
-        self._taken.add(index)
-        return outcome
-
-
-class ServerOrder:
-    """Where the server's round stands in its stages: the one guard of the order the server runs them in.
-
-    A round is opened (:meth:`begin`), then each stage takes uploads until it is closed, and its close opens the
-    next; the sum's last close (:meth:`SecureSum.finish`) opens nothing, and the verifying stages begin with
-    :meth:`verify`. An upload for any other stage is stale; a close that raises aborts the round, after which
-    nothing is taken.
-    """
-
-    def __init__(self, round_kind: SecureRound, verified: bool) -> None:
-        self._sum = len(round_kind.sum_stages)
-        self._stages = round_kind.stages(verified)
-        self._open: int | None = None
-        self._closed = 0
-        self._aborted = False
-
-    @property
-    def where(self) -> str:
-        """The stage the server collects uploads for, or where the round stands between and after its stages."""
-        if self._aborted:
-            return "aborted"
-        if self._open is not None:
-            return self._stages[self._open].stage.name
-        if self._closed == 0:
-            return "not begun"
-        return "finished" if self._closed == self._sum else "closed"
-
-    def begin(self) -> None:
-        """Open the round's first stage."""
-        self._opening(0)
-
-    def verify(self) -> None:
-        """Open the first verifying stage, once the sum is finished."""
-        self._opening(self._sum)
-
-    def is_open(self, spec: AnyStage) -> bool:
-        """Whether `spec` is the stage the server collects uploads for."""
-        return not self._aborted and self._open is not None and self._stages[self._open] is spec
-
-    def receive(self, spec: AnyStage, message: object, step: Callable[[], None]) -> None:
-        """Run `step`, the server's receive of `message` in `spec`, if that stage is open.
-
-        Raises:
-            StaleMessageError: `spec` is not the open stage (the message is dropped).
-            ProtocolError: the round was aborted.
-        """
-        self._refuse_aborted()
-        if not self.is_open(spec):
-            raise StaleMessageError(
-                f"{type(message).__name__} arrived while the server is in stage {self.where}; it was dropped"
-            )
-        step()
-
-    def close(self, spec: AnyStage, step: Callable[[], _Result]) -> _Result:
-        """Run `step`, the server's close of `spec`, if that stage is open; then open the stage after it.
-
-        The sum's last close and the round's open nothing: the verifying stages begin with :meth:`verify`.
-
-        Raises:
-            ProtocolError: `spec` is not the open stage, or the round was aborted; whatever `step` raises, which
-                aborts the round.
-        """
-        self._refuse_aborted()
-        if not self.is_open(spec):
-            raise ProtocolError(f"called out of order: the server is in stage {self.where}")
-        try:
-            outcome = step()
-        except ProtocolError:
-            self._aborted = True
-            raise
-        self._closed += 1
-        self._open = self._closed if self._closed not in (self._sum, len(self._stages)) else None
-        return outcome
-
-    def _opening(self, index: int) -> None:
-        self._refuse_aborted()
-        if self._open is not None or self._closed != index or index >= len(self._stages):
-            raise ProtocolError(f"called out of order: the server is in stage {self.where}")
-        self._open = index
-
-    def _refuse_aborted(self) -> None:
-        if self._aborted:
-            raise ProtocolError("this round was aborted; start a new round")
-
-
-def _index(stages: tuple[AnyStage, ...], spec: AnyStage) -> int:
-    for index, known in enumerate(stages):
-        if known is spec:
-            return index
-    raise ProtocolError(f"stage {spec.wire} is not a stage of this round")
 
 
 ROUND_KINDS: dict[str, SecureRound] = {}

@@ -5,7 +5,7 @@ message, which raises a :class:`~fedfair.core.errors.ProtocolError` subclass for
 step (``key_directory``, ``share_bundles``, ``masking_set``, ``survivor_set``, ``unmask_request``, ``finish``, then
 in a verified round ``claim`` and ``tag_set``) that fixes who survived and raises
 :class:`~fedfair.core.errors.ThresholdError` when fewer than t parties remain. It keeps no order of its own: its
-runner opens and closes the stages in the round's order (:class:`~fedfair.secagg.round.ServerOrder`), and a close
+runner opens and closes the stages in the round's order (:class:`~fedfair.secagg.round_order.ServerOrder`), and a close
 that raises aborts the round. Masked inputs are summed as they arrive, so only the sum is ever unmasked; how culprits
 are named is in docs/design.md ("Inside secure aggregation"); the VERIFY construction is :mod:`fedfair.secagg.verify`.
 """
@@ -400,7 +400,7 @@ class Server:
     def finish(self) -> AggregateResult:
         """Close UNMASK: rebuild and verify the secrets, strip the masks from the sum, decode and check it.
 
-        Any error aborts the round (its runner's :class:`~fedfair.secagg.round.ServerOrder`): no result exists to apply.
+        Any error aborts the round (its runner's :class:`~fedfair.secagg.round_order.ServerOrder`): no result exists to apply.
 
         Raises:
             ThresholdError: too few valid shares of a secret, naming the culprits.

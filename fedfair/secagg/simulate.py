@@ -3,8 +3,8 @@
 The parties and the server are the real state machines and every message goes through its bytes (a stage's input
 parsed by its ``received``, an upload by its ``upload``), as a transport carries it, so the demo, the benchmarks and
 the tests exercise a deployment's code paths. :func:`run_round` loops over a kind's stages, each party's steps taken
-through its :class:`~fedfair.secagg.round.PartyOrder` and the server's through the
-:class:`~fedfair.secagg.round.ServerOrder`, whoever takes part (:class:`Cast`: the roster's parties and a kind's
+through its :class:`~fedfair.secagg.round_order.PartyOrder` and the server's through the
+:class:`~fedfair.secagg.round_order.ServerOrder`, whoever takes part (:class:`Cast`: the roster's parties and a kind's
 second verifier). What goes wrong is a strategy it asks at each step (:class:`Faults`, e.g. :class:`DropOut`), never
 a branch on a stage. :func:`simulate_round` makes a kind's parties and server as every runner does
 (:attr:`~fedfair.secagg.round.SecureRound.client`, :attr:`~fedfair.secagg.round.SecureRound.server`) from a setup
@@ -29,7 +29,8 @@ from fedfair.pki.identity import generate_identity_key, pinned_verifier, public_
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import Decoded
 from fedfair.secagg.messages import Message
-from fedfair.secagg.round import AnyStage, Opening, PartyOrder, RoundSetup, SecureRound, ServerOrder, Uploaders
+from fedfair.secagg.round import AnyStage, Opening, RoundSetup, SecureRound, Uploaders
+from fedfair.secagg.round_order import PartyOrder, ServerOrder
 from fedfair.secagg.masked_round import SECURE_ROUND
 from fedfair.secagg.server import AggregateResult
 

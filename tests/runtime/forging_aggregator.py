@@ -66,7 +66,8 @@ from fedfair.secagg.bounded.verifier import Role, Verifier, sign
 from fedfair.secagg.bounded.verifying import RoundVerifier
 from fedfair.secagg.bounded.stages import BOUNDED_ROUND, BoundedStage
 from fedfair.secagg.bounded.total import TagSet
-from fedfair.secagg.round import AnyStage, Opening, ServerOrder
+from fedfair.secagg.round import AnyStage, Opening
+from fedfair.secagg.round_order import ServerOrder
 from fedfair.secagg.server import AggregateResult, Server
 
 BOUNDED_TRAINING = training_of(BOUNDED_ROUND)

@@ -29,7 +29,8 @@ from fedfair.secagg.messages import (
     UnmaskRequest,
     UnmaskResponse,
 )
-from fedfair.secagg.round import PartyOrder, ServerOrder, StageSpec
+from fedfair.secagg.round import StageSpec
+from fedfair.secagg.round_order import PartyOrder, ServerOrder
 from fedfair.secagg.masked_round import SECURE_ROUND
 from fedfair.secagg.security import SecurityParameters
 from fedfair.secagg.server import AggregateResult, Server

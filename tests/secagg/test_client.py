@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from fedfair.core.errors import ProtocolError, StaleMessageError
-from fedfair.secagg.round import PartyOrder, StageSpec
+from fedfair.secagg.round import StageSpec
+from fedfair.secagg.round_order import PartyOrder
 from fedfair.secagg.masked_round import SECURE_ROUND
 from tests.secagg.helpers import Harness, check_result, make_config
 

@@ -20,7 +20,6 @@ from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.round import (
     ROUND_KINDS,
     Opening,
-    PartyOrder,
     RoundSetup,
     SecureRound,
     StageSpec,
@@ -28,6 +27,7 @@ from fedfair.secagg.round import (
     small_upload,
     vector_upload,
 )
+from fedfair.secagg.round_order import PartyOrder
 from fedfair.secagg.masked_round import SECURE_ROUND
 from fedfair.secagg.bounded.exchange import AUDITOR
 from fedfair.secagg.bounded.layout import squared_bound

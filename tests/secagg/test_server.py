@@ -14,7 +14,8 @@ from fedfair.core.errors import ProtocolError, StaleMessageError, ThresholdError
 from fedfair.secagg.config import SecAggConfig
 from fedfair.secagg.encode import EncodingConfig, largest_safe_fractional_bits
 from fedfair.secagg.messages import KeyDirectory, Message
-from fedfair.secagg.round import Opening, ServerOrder, StageSpec
+from fedfair.secagg.round import Opening, StageSpec
+from fedfair.secagg.round_order import ServerOrder
 from fedfair.secagg.masked_round import SECURE_ROUND
 from fedfair.secagg.server import AggregateResult, Server
 from fedfair.secagg.wire import Stage

@@ -42,7 +42,8 @@ from fedfair.runtime.transport import TRAIN, InPieces, Pieces, StageGate, WireSt
 from fedfair.runtime.transport.chunks import plain_rounding, plain_upload_size
 from fedfair.secagg import EncodingConfig, SecAggConfig, SecurityParameters
 from fedfair.secagg.credentials import remembered
-from fedfair.secagg.round import AnyStage, Opening, PartyNames, SecureSum, ServerOrder
+from fedfair.secagg.round import AnyStage, Opening, PartyNames, SecureSum
+from fedfair.secagg.round_order import ServerOrder
 
 logger = logging.getLogger("fedfair.aggregator")
 

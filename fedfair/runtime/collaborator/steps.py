@@ -54,7 +54,8 @@ from fedfair.runtime.transport.chunks import plain_upload
 from fedfair.secagg import EncodingConfig, SecurityParameters
 from fedfair.secagg.credentials import remembered
 from fedfair.secagg.graph import canonical_roster
-from fedfair.secagg.round import AnyStage, Message, PartyOrder, RoundSetup, SecureRound
+from fedfair.secagg.round import AnyStage, Message, RoundSetup, SecureRound
+from fedfair.secagg.round_order import PartyOrder
 from fedfair.secagg.pieces import Pieces as SecAggPieces
 
 _Upload = TypeVar("_Upload")
@@ -373,7 +374,7 @@ def started(work: Work, spec: AnyStage) -> Any:
 
 
 def take(work: Work, spec: AnyStage, step: Callable[[], _Upload]) -> _Upload:
-    """Run `step`, this party's step of `spec`, in the round's order (:class:`~fedfair.secagg.round.PartyOrder`).
+    """Run `step`, this party's step of `spec`, in the round's order (:class:`~fedfair.secagg.round_order.PartyOrder`).
 
     Raises:
         RefusedError: reason :attr:`Refusal.WITHDRAWN` where this party did not begin the round

@@ -2,7 +2,7 @@
 
 The aggregator and the auditor each run a :class:`RoundVerifier`; each step takes what the other sent and returns
 what to send it, in :data:`~fedfair.secagg.bounded.stages.BOUNDED_ROUND`'s order, which its runners keep
-(:class:`~fedfair.secagg.round.ServerOrder`, :class:`~fedfair.secagg.round.PartyOrder`): a step refuses only what is
+(:class:`~fedfair.secagg.round_order.ServerOrder`, :class:`~fedfair.secagg.round_order.PartyOrder`): a step refuses only what is
 inconsistent, missing what it builds on, or taken twice from the other verifier (ProtocolError). The steps: receive
 each party's signed part (a refused or missing part leaves it absent); close the uploads (:class:`Roster`: present =
 both parts arrived, with a commitment to a half of the query seed); reveal the half; commit to a message per present

@@ -34,7 +34,8 @@ from fedfair.secagg.bounded.exchange import AuditorTotal
 from fedfair.secagg.bounded.peers import Auditor
 from fedfair.secagg.bounded.stages import AUDITOR_STAGES, BOUNDED_ROUND, BoundedStage, record_bytes
 from fedfair.secagg.config import SecAggConfig
-from fedfair.secagg.round import MESSAGE_OVERHEAD_BYTES, Message, PartyOrder, Uploaders
+from fedfair.secagg.round import MESSAGE_OVERHEAD_BYTES, Message, Uploaders
+from fedfair.secagg.round_order import PartyOrder
 
 BOUNDED_TRAINING = training_of(BOUNDED_ROUND)
 """A training round under the bounded sum: the only kind the auditor verifies."""
